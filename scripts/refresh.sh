@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Export vllm/'s commits on top of the pin back into patches/ (byte-stable).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/_venv.sh
+exec python -m vseries refresh "$@"

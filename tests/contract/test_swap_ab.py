@@ -1,0 +1,220 @@
+"""Contract of the swap-AB patch: decode tiles of fused_moe_kernel use wgmma on SM90.
+
+Hopper's wgmma needs 64 rows in its M slot. v0.21.0 launches `fused_moe_kernel` at decode
+with BLOCK_SIZE_M=16 tokens, and Triton then emits mma.sync for sm_90 (checked on
+2026-11-29, FP8 w8a8, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128). The patch swaps the operands
+(C^T = B^T A^T) so that the output channels fill wgmma's M slot.
+
+The test asks the launcher of whatever vLLM is importable, `invoke_fused_moe_triton_kernel`,
+to launch a decode config on a mocked SM90 CUDA platform, records the Triton kernel and the
+arguments and constexprs it launches with (no GPU is touched), compiles exactly that
+specialisation for sm_90 with Triton's own binder, and asserts that the PTX holds wgmma. It
+runs on a CPU-only machine: the lead's conftest sets CUDA_VISIBLE_DEVICES="" before vLLM is
+imported, which keeps the real Triton in place of vLLM's placeholder.
+
+Base v0.21.0 fails (mma.sync, no wgmma); the patched tree passes in every quantisation mode
+that fused_moe_kernel serves. Run:
+    CUDA_VISIBLE_DEVICES="" PYTHONPATH=<vllm tree> python -m pytest tests/contract/test_swap_ab.py
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.contract
+
+triton = pytest.importorskip("triton")
+
+
+@dataclass(frozen=True)
+class Mode:
+    """A quantisation mode of fused_moe_kernel and the tensors the launcher gets for it."""
+
+    a_dtype: torch.dtype  # activations as passed to the kernel (already quantised)
+    b_dtype: torch.dtype  # expert weights
+    out_dtype: torch.dtype
+    use_fp8_w8a8: bool = False
+    use_int8_w8a8: bool = False
+    use_int8_w8a16: bool = False
+    per_channel_quant: bool = False  # per-token activation, per-channel weight scales
+    block_shape: tuple[int, int] | None = None
+
+
+FP8 = torch.float8_e4m3fn
+BF16 = torch.bfloat16
+MODES = {
+    "bf16": Mode(BF16, BF16, BF16),
+    "fp16": Mode(torch.float16, torch.float16, torch.float16),
+    "fp32": Mode(torch.float32, torch.float32, torch.float32),
+    "fp8_w8a8_per_tensor": Mode(FP8, FP8, BF16, use_fp8_w8a8=True),
+    "fp8_w8a8_per_token_channel": Mode(FP8, FP8, BF16, use_fp8_w8a8=True, per_channel_quant=True),
+    "fp8_w8a8_block_128x128": Mode(FP8, FP8, BF16, use_fp8_w8a8=True, block_shape=(128, 128)),
+    "int8_w8a8_per_tensor": Mode(torch.int8, torch.int8, BF16, use_int8_w8a8=True),
+    "int8_w8a8_per_token_channel": Mode(
+        torch.int8, torch.int8, BF16, use_int8_w8a8=True, per_channel_quant=True
+    ),
+    "int8_w8a8_block_128x128": Mode(
+        torch.int8, torch.int8, BF16, use_int8_w8a8=True, block_shape=(128, 128)
+    ),
+    "int8_w8a16": Mode(BF16, torch.int8, BF16, use_int8_w8a16=True),
+}
+
+# A Qwen3-30B-A3B-like w13 GEMM cut to E=8 (only sizes and strides reach the compiler; the
+# specialisation depends on their divisibility by 16, which the real shapes share).
+NUM_TOKENS, TOP_K, E, N, K = 16, 8, 8, 1536, 2048
+
+
+def _sm90_platform():
+    """A CUDA platform that reports compute capability 9.0 (H100/H200) for every device."""
+    from vllm.platforms.interface import DeviceCapability, Platform, PlatformEnum
+
+    class _MockSM90Platform(Platform):
+        _enum = PlatformEnum.CUDA
+        device_name = "cuda"
+        device_type = "cuda"
+        dispatch_key = "CUDA"
+        ray_device_key = "GPU"
+
+        @classmethod
+        def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:
+            return DeviceCapability(major=9, minor=0)
+
+        @classmethod
+        def get_device_name(cls, device_id: int = 0) -> str:
+            return "NVIDIA H200"
+
+    return _MockSM90Platform()
+
+
+def _mock_sm90(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replace vLLM's current_platform, wherever a loaded module bound it, by the SM90 mock."""
+    import vllm.platforms
+
+    real = vllm.platforms.current_platform
+    fake = _sm90_platform()
+    monkeypatch.setattr(vllm.platforms, "_current_platform", fake, raising=False)
+    for name, module in list(sys.modules.items()):
+        if name.startswith("vllm") and getattr(module, "current_platform", None) is real:
+            monkeypatch.setattr(module, "current_platform", fake)
+
+
+def _launch_decode(mode: Mode, block_size_m: int, monkeypatch: pytest.MonkeyPatch):
+    """Run the launcher for a decode config on the mocked SM90 and return its Triton launch.
+
+    Returns (kernel, args, kwargs, config): the JITFunction launched, the positional and
+    keyword arguments it was launched with, and the config handed to the launcher.
+    """
+    from triton.runtime.jit import JITFunction
+
+    from vllm.model_executor.layers.fused_moe import fused_moe as fm
+    from vllm.model_executor.layers.fused_moe.config import _get_config_dtype_str
+
+    _mock_sm90(monkeypatch)
+    block_shape = list(mode.block_shape) if mode.block_shape else None
+    dtype_str = _get_config_dtype_str(
+        dtype=mode.out_dtype,
+        use_fp8_w8a8=mode.use_fp8_w8a8,
+        use_int8_w8a16=mode.use_int8_w8a16,
+    )
+    # The launcher's own default decode config (BLOCK_SIZE_M=16 for M <= 32 tokens).
+    config = fm.get_default_config(NUM_TOKENS, E, N, K, TOP_K, dtype_str, block_shape)
+    config["BLOCK_SIZE_M"] = block_size_m
+
+    # CPU tensors stand in for the device's: the launch is recorded, never run.
+    a = torch.empty(NUM_TOKENS, K, dtype=mode.a_dtype)
+    b = torch.empty(E, N, K, dtype=mode.b_dtype)
+    c = torch.empty(NUM_TOKENS, TOP_K, N, dtype=mode.out_dtype)
+    a_scale = b_scale = None
+    if mode.use_fp8_w8a8 or mode.use_int8_w8a8:
+        if mode.block_shape:
+            bn, bk = mode.block_shape
+            a_scale = torch.empty(NUM_TOKENS, triton.cdiv(K, bk))
+            b_scale = torch.empty(E, triton.cdiv(N, bn), triton.cdiv(K, bk))
+        elif mode.per_channel_quant:
+            a_scale = torch.empty(NUM_TOKENS, 1)
+            b_scale = torch.empty(E, N, 1)
+        else:
+            a_scale = torch.empty(1)
+            b_scale = torch.empty(E)
+    elif mode.use_int8_w8a16:
+        b_scale = torch.empty(E, N)
+    em = NUM_TOKENS * TOP_K + E * (block_size_m - 1)
+    sorted_token_ids = torch.zeros(em, dtype=torch.int32)
+    expert_ids = torch.zeros(triton.cdiv(em, block_size_m), dtype=torch.int32)
+    num_tokens_post_padded = torch.zeros(1, dtype=torch.int32)
+    topk_weights = torch.empty(NUM_TOKENS, TOP_K)
+    compute_type = {
+        torch.bfloat16: triton.language.bfloat16,
+        torch.float16: triton.language.float16,
+        torch.float32: triton.language.float32,
+    }[mode.out_dtype]
+
+    launches = []
+
+    def _record(self, *args, grid, warmup, **kwargs):
+        launches.append((self, args, kwargs))
+
+    monkeypatch.setattr(JITFunction, "run", _record)
+    fm.invoke_fused_moe_triton_kernel(
+        a,
+        b,
+        c,
+        a_scale,
+        b_scale,
+        topk_weights,
+        sorted_token_ids,
+        expert_ids,
+        num_tokens_post_padded,
+        False,
+        TOP_K,
+        config,
+        compute_type,
+        mode.use_fp8_w8a8,
+        mode.use_int8_w8a8,
+        mode.use_int8_w8a16,
+        False,
+        mode.per_channel_quant,
+        block_shape,
+    )
+    monkeypatch.undo()
+    assert len(launches) == 1, f"expected one Triton launch, got {len(launches)}"
+    return (*launches[0], config)
+
+
+def _compile_sm90_ptx(kernel, args, kwargs) -> str:
+    """Compile `kernel` for sm_90 with the specialisation its JIT would give these args."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    target = GPUTarget("cuda", 90, 32)
+    backend = make_backend(target)
+    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
+    bound_args, specialization, options = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = kernel._pack_args(
+        backend, kwargs, bound_args, specialization, options
+    )
+    src = ASTSource(kernel, signature, constexprs, attrs)
+    return triton.compile(src, target=target, options=options.__dict__).asm["ptx"]
+
+
+def launch_and_compile(mode_name: str, block_size_m: int, monkeypatch) -> tuple[str, dict]:
+    """PTX of the kernel the launcher picks on SM90, and the launch's keyword arguments."""
+    kernel, args, kwargs, _ = _launch_decode(MODES[mode_name], block_size_m, monkeypatch)
+    return _compile_sm90_ptx(kernel, args, kwargs), dict(kwargs, kernel=kernel.__name__)
+
+
+@pytest.mark.parametrize("mode_name", list(MODES))
+def test_decode_tile_uses_wgmma_on_sm90(mode_name: str, monkeypatch: pytest.MonkeyPatch):
+    """A BLOCK_SIZE_M=16 decode launch of fused_moe_kernel compiles to wgmma for sm_90."""
+    ptx, launch = launch_and_compile(mode_name, 16, monkeypatch)
+    shown = {k: v for k, v in launch.items() if k.isupper() or k.startswith("num_")}
+    uses_wgmma = "wgmma" in ptx
+    assert uses_wgmma, (
+        f"{mode_name}: PTX for sm_90 has no wgmma "
+        f"({'mma.sync' if 'mma.sync' in ptx else 'no mma.sync either'}); launch: {shown}"
+    )

@@ -1,0 +1,149 @@
+"""Fixtures: the real v0.21.0 tree (built once from the verified source release), throw-away
+workspace copies that point VSERIES_ROOT at it, small synthetic repos, and a local package
+index served on 127.0.0.1 for the download tests."""
+
+import hashlib
+import http.server
+import json
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from vseries import fetch, materialise
+from vseries import pin as pinmod
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def pin() -> pinmod.Pin:
+    return pinmod.load(ROOT / "upstream.toml")
+
+
+@pytest.fixture(scope="session")
+def pristine(tmp_path_factory, pin) -> Path:
+    """The real vLLM v0.21.0 tree as a git repo at the pinned id (from the cached sdist)."""
+    tarball = fetch.fetch(pin.package, pin.source)
+    dest = tmp_path_factory.mktemp("pristine") / "vllm"
+    materialise.repo_from_sdist(tarball, dest, pin.commit, pin.tag, "sdist (test)")
+    return dest
+
+
+def clone_pinned(src: Path, dest: Path, commit: str) -> None:
+    """A cheap clone of a materialised tree, replace refs and tags included."""
+    dest.mkdir(parents=True)
+    git(dest, "init", "-q")
+    # borrow the objects (like clone --shared); a plain clone would fail on the detached HEAD
+    # that only resolves through the replace ref it has not fetched yet
+    (dest / ".git" / "objects" / "info" / "alternates").write_text(f"{src}/.git/objects\n")
+    git(dest, "fetch", "-q", str(src), "refs/replace/*:refs/replace/*", "refs/tags/*:refs/tags/*")
+    git(dest, "checkout", "-q", "--detach", commit)
+    git(dest, "config", "vseries.source", "clone of the test tree")
+
+
+@pytest.fixture
+def ws(tmp_path, pristine, pin, monkeypatch) -> Path:
+    """A workspace copy with the real pin and series, and vllm/ at the pin."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    shutil.copy(ROOT / "upstream.toml", root)
+    shutil.copytree(ROOT / "patches", root / "patches")
+    clone_pinned(pristine, root / "vllm", pin.commit)
+    monkeypatch.setenv("VSERIES_ROOT", str(root))
+    return root
+
+
+@pytest.fixture
+def tiny(tmp_path, monkeypatch) -> Path:
+    """A synthetic workspace: a small upstream repo whose 'release' commit is the pin."""
+    root = tmp_path / "tiny"
+    up = root / "vllm"
+    up.mkdir(parents=True)
+    git(up, "init", "-q")
+    (up / "a.py").write_text("".join(f"line {i}\n" for i in range(1, 41)))
+    (up / "b.py").write_text("x = 1\n")
+    git(up, "add", ".")
+    git(up, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "release")
+    commit = git(up, "rev-parse", "HEAD")
+    git(up, "checkout", "-q", "--detach")
+    git(up, "config", "vseries.source", "synthetic")
+    text = (ROOT / "upstream.toml").read_text().replace(pinmod.load(ROOT / "upstream.toml").commit,
+                                                        commit)
+    (root / "upstream.toml").write_text(text)
+    (root / "patches").mkdir()
+    (root / "patches" / "series").write_text("")
+    monkeypatch.setenv("VSERIES_ROOT", str(root))
+    return root
+
+
+def make_patch(repo: Path, out: Path, edit, subject: str) -> Path:
+    """Commit ``edit(repo)`` on a scratch branch at HEAD, export it, and go back."""
+    start = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "-b", "scratch")
+    edit(repo)
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qs", "-m", subject)
+    name = git(repo, "format-patch", "-k", "--zero-commit", "--no-signature", "-1", "-o",
+               str(out))
+    git(repo, "checkout", "-q", "--detach", start)
+    git(repo, "branch", "-q", "-D", "scratch")
+    return Path(name)
+
+
+class _Index(http.server.BaseHTTPRequestHandler):
+    files: dict[str, bytes] = {}
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        if self.path.startswith("/simple/"):
+            body = json.dumps({"files": [
+                {"filename": n, "url": f"http://{self.headers['Host']}/files/{n}",
+                 "hashes": {"sha256": hashlib.sha256(d).hexdigest()}}
+                for n, d in self.files.items()]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        name = self.path.rsplit("/", 1)[-1]
+        data = self.files.get(name)
+        if data is None:
+            self.send_error(404)
+            return
+        start = 0
+        rng = self.headers.get("Range")
+        if rng:
+            start = int(rng.split("=")[1].split("-")[0])
+            if start >= len(data):
+                self.send_response(416)
+                self.end_headers()
+                return
+            self.send_response(206)
+        else:
+            self.send_response(200)
+        self.send_header("Content-Length", str(len(data) - start))
+        self.end_headers()
+        self.wfile.write(data[start:])
+        type(self).ranges.append(rng)
+
+
+@pytest.fixture
+def index(monkeypatch):
+    """A package index on 127.0.0.1 serving the bytes put in ``index.files[name]``; records
+    the Range headers it was sent in ``index.ranges``."""
+    handler = type("Index", (_Index,), {"files": {}, "ranges": []})
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    monkeypatch.setattr(fetch, "INDEX", f"http://127.0.0.1:{srv.server_address[1]}/simple")
+    yield handler
+    srv.shutdown()

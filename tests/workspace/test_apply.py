@@ -1,0 +1,158 @@
+"""apply on the real v0.21.0 tree with the real series, and on synthetic repos for the edges:
+idempotent, atomic, refuses to drop work unless --force (then keeps a backup), and says which
+patch, file and hunk failed."""
+
+import pytest
+from conftest import git, make_patch
+
+from vseries import apply, series
+from vseries.errors import SeriesError
+
+
+def state(repo):
+    return git(repo, "rev-parse", "HEAD"), git(repo, "status", "--porcelain")
+
+
+def test_real_series_applies_one_commit_per_patch(ws, pin):
+    entries = series.load()
+    commits = apply.apply()
+    vdir = ws / "vllm"
+    assert len(commits) == len(entries)
+    assert git(vdir, "rev-list", "--count", f"{pin.commit}..HEAD") == str(len(entries))
+    assert git(vdir, "symbolic-ref", "--short", "HEAD") == apply.BRANCH
+    subjects = git(vdir, "log", "--reverse", "--format=%s", f"{pin.commit}..HEAD").splitlines()
+    assert subjects == [series.subject(e.path) for e in entries]  # [Perf][Kernel] tags kept
+    assert git(vdir, "status", "--porcelain") == ""
+
+
+def test_second_apply_changes_nothing(ws, capsys):
+    apply.apply()
+    before = state(ws / "vllm")
+    apply.apply()
+    assert state(ws / "vllm") == before
+    assert "nothing changed" in capsys.readouterr().out
+
+
+def test_same_series_gives_same_commit_ids(ws, tmp_path):
+    first = apply.apply()
+    git(ws / "vllm", "checkout", "-q", "--detach", "HEAD~" + str(len(first)))
+    git(ws / "vllm", "branch", "-q", "-D", apply.BRANCH)
+    assert apply.apply() == first
+
+
+def test_dirty_tree_is_refused_and_kept(ws):
+    f = ws / "vllm" / "vllm" / "envs.py"
+    f.write_text(f.read_text() + "# my local edit\n")
+    with pytest.raises(SeriesError, match="uncommitted: .*envs.py") as e:
+        apply.apply()
+    assert "--force" in str(e.value)
+    assert f.read_text().endswith("# my local edit\n")
+
+
+def test_foreign_commit_is_refused_then_backed_up_with_force(ws):
+    apply.apply()
+    vdir = ws / "vllm"
+    (vdir / "mine.txt").write_text("mine\n")
+    git(vdir, "add", "mine.txt")
+    git(vdir, "-c", "user.name=u", "-c", "user.email=u@u", "commit", "-qm", "my experiment")
+    mine = git(vdir, "rev-parse", "HEAD")
+    with pytest.raises(SeriesError, match="commit not in the series: .* my experiment"):
+        apply.apply()
+    assert git(vdir, "rev-parse", "HEAD") == mine
+    apply.apply(force=True)
+    backups = git(vdir, "for-each-ref", "--format=%(objectname)", "refs/vseries/backup/")
+    assert mine in backups.split()
+    assert not (vdir / "mine.txt").exists()
+
+
+def test_force_stashes_uncommitted_work(ws):
+    f = ws / "vllm" / "vllm" / "envs.py"
+    f.write_text(f.read_text() + "# keep me\n")
+    apply.apply(force=True)
+    assert "keep me" in git(ws / "vllm", "stash", "show", "-p", "stash@{0}")
+
+
+def test_failing_patch_rolls_back_and_names_file_and_hunk(tiny):
+    vdir = tiny / "vllm"
+    good = make_patch(vdir, tiny / "patches", lambda r: (r / "b.py").write_text("x = 2\n"),
+                      "[Perf] good")
+    # A patch made against a different a.py: its context is not in the pin's a.py.
+    git(vdir, "checkout", "-q", "-b", "elsewhere")
+    (vdir / "a.py").write_text("other\n" * 40)
+    git(vdir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "elsewhere")
+    bad = make_patch(vdir, tiny / "patches",
+                     lambda r: (r / "a.py").write_text("other\n" * 20 + "changed\n" + "other\n" * 19),
+                     "[Perf] stale")
+    git(vdir, "checkout", "-q", "--detach", "HEAD~1")
+    git(vdir, "branch", "-q", "-D", "elsewhere")
+    git(vdir, "reflog", "expire", "--expire=now", "--all")
+    git(vdir, "gc", "-q", "--prune=now")  # the stale blob is gone: no 3-way fallback
+    bad = bad.rename(tiny / "patches" / "0002-stale.patch")
+    (tiny / "patches" / "series").write_text(f"{good.name}\n{bad.name}\n")
+    before = state(vdir)
+    with pytest.raises(SeriesError) as e:
+        apply.apply()
+    msg = str(e.value)
+    assert "0002-stale.patch" in msg and "a.py" in msg and "@@ -" in msg
+    assert "--keep-conflict" in msg
+    assert state(vdir) == before
+    assert not (vdir / ".git" / "rebase-apply").exists()
+
+
+def test_keep_conflict_leaves_the_am_open(tiny):
+    vdir = tiny / "vllm"
+    p = make_patch(vdir, tiny / "patches", lambda r: (r / "b.py").write_text("x = 3\n"), "[P] b")
+    (vdir / "b.py").write_text("x = 9\n")  # the pin itself now differs: commit it as the pin
+    git(vdir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "moved pin")
+    pin_text = (tiny / "upstream.toml").read_text()
+    old = pin_text.split('commit = "')[1].split('"')[0]
+    (tiny / "upstream.toml").write_text(pin_text.replace(old, git(vdir, "rev-parse", "HEAD")))
+    (tiny / "patches" / "series").write_text(p.name + "\n")
+    with pytest.raises(SeriesError, match="am session is left open"):
+        apply.apply(keep_conflict=True)
+    assert (vdir / ".git" / "rebase-apply").exists()
+    with pytest.raises(SeriesError, match="middle of a git am"):
+        apply.apply()
+
+
+def test_missing_file_and_not_a_patch_are_refused(tiny):
+    (tiny / "patches" / "series").write_text("0001-gone.patch\n")
+    with pytest.raises(SeriesError, match="does not exist"):
+        apply.apply()
+    (tiny / "patches" / "0001-gone.patch").write_text("just some notes\n")
+    with pytest.raises(SeriesError, match="not a patch email"):
+        apply.apply()
+    (tiny / "patches" / "0001-gone.patch").write_text("From: a\nSubject: x\n\nno diff here\n")
+    with pytest.raises(SeriesError, match="holds no diff"):
+        apply.apply()
+
+
+def test_unlisted_patch_file_is_refused(tiny):
+    (tiny / "patches" / "0009-stray.patch").write_text("x")
+    with pytest.raises(SeriesError, match="does not list"):
+        apply.apply()
+
+
+def test_crlf_patch_applies(tiny):
+    vdir = tiny / "vllm"
+    p = make_patch(vdir, tiny / "patches", lambda r: (r / "b.py").write_text("x = 5\n"), "[P] b")
+    p.write_bytes(p.read_bytes().replace(b"\n", b"\r\n"))
+    (tiny / "patches" / "series").write_text(p.name + "\n")
+    apply.apply()
+    assert (vdir / "b.py").read_bytes() == b"x = 5\n"
+
+
+def test_patch_follows_a_renamed_file(tiny):
+    vdir = tiny / "vllm"
+    p = make_patch(vdir, tiny / "patches",
+                   lambda r: (r / "a.py").write_text((r / "a.py").read_text()
+                                                     .replace("line 20\n", "line twenty\n")),
+                   "[P] a")
+    git(vdir, "mv", "a.py", "moved.py")
+    git(vdir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "upstream rename")
+    pin_text = (tiny / "upstream.toml").read_text()
+    old = pin_text.split('commit = "')[1].split('"')[0]
+    (tiny / "upstream.toml").write_text(pin_text.replace(old, git(vdir, "rev-parse", "HEAD")))
+    (tiny / "patches" / "series").write_text(p.name + "\n")
+    apply.apply()
+    assert "line twenty" in (vdir / "moved.py").read_text()

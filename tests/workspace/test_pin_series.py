@@ -1,0 +1,55 @@
+"""The pin file and the series file: parsing, validation, and the real ones in this repo."""
+
+import pytest
+
+from vseries import paths, series
+from vseries import pin as pinmod
+from vseries.errors import SeriesError
+
+
+def test_real_pin_names_v0_21_0(pin):
+    assert pin.tag == "v0.21.0" and pin.version == "0.21.0"
+    assert pin.commit == "9da56fd18b95ff1b11360e8400f7c41b126d190b"
+    assert pin.source.filename == "vllm-0.21.0.tar.gz"
+
+
+@pytest.mark.parametrize("bad, msg", [
+    ('commit = "9da56fd"', "not a 40-hex commit id"),
+    ('sha256 = "xyz"', "malformed"),
+    ("[upstream", "not valid TOML"),
+])
+def test_malformed_pin_is_refused(tmp_path, bad, msg):
+    text = (paths.ROOT / "upstream.toml").read_text()
+    key = bad.split(" =")[0] if "=" in bad else None
+    lines = [bad if key and line.startswith(key + " =") else line for line in text.splitlines()]
+    if not key:
+        lines.append(bad)
+    (tmp_path / "upstream.toml").write_text("\n".join(lines) + "\n")
+    with pytest.raises(SeriesError, match=msg):
+        pinmod.load(tmp_path / "upstream.toml")
+
+
+def test_pin_dump_round_trips_and_keeps_comments(tmp_path, pin):
+    dest = tmp_path / "upstream.toml"
+    dest.write_text((paths.ROOT / "upstream.toml").read_text())
+    moved = pinmod.Pin(**{**pin.__dict__, "tag": "v0.22.0", "commit": "0" * 40})
+    pinmod.dump(moved, dest)
+    assert pinmod.load(dest) == moved
+    assert "# The pin:" in dest.read_text()
+
+
+def test_real_series_is_consistent():
+    entries = series.load()  # every file exists, is a patch, and is listed
+    assert entries, "the series must hold at least one patch"
+    for e in entries:
+        assert "Signed-off-by: " in e.path.read_text(), f"{e.name} lacks DCO sign-off"
+        assert e.contract and (paths.ROOT / e.contract).exists(), f"{e.name}: no contract test"
+
+
+def test_series_options_and_errors(tiny):
+    (tiny / "patches" / "series").write_text("# head\n0001-a.patch contract=tests/x.py\n")
+    header, entries = series.read()
+    assert header == ["# head"] and entries[0].contract == "tests/x.py"
+    (tiny / "patches" / "series").write_text("0001-a.patch contract\n")
+    with pytest.raises(SeriesError, match="not key=value"):
+        series.read()

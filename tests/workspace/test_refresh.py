@@ -1,0 +1,42 @@
+"""refresh: byte-stable export of vllm/'s commits, and options that follow their patch."""
+
+import pytest
+from conftest import git, make_patch
+
+from vseries import apply, refresh, series
+from vseries.errors import SeriesError
+
+
+def snapshot(root):
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in (root / "patches").iterdir()}
+
+
+def test_refresh_of_unchanged_real_series_changes_no_file(ws):
+    apply.apply()
+    before = snapshot(ws)
+    report = refresh.refresh()
+    assert report["changed"] == [] and report["removed"] == []
+    assert snapshot(ws) == before
+
+
+def test_refresh_exports_an_edit_and_keeps_options(tiny):
+    vdir = tiny / "vllm"
+    p = make_patch(vdir, tiny / "patches", lambda r: (r / "b.py").write_text("x = 2\n"), "[P] b")
+    (tiny / "patches" / "series").write_text(f"# my header\n{p.name} contract=tests/c.py\n")
+    apply.apply()
+    (vdir / "b.py").write_text("x = 3\n")
+    git(vdir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--amend", "-a",
+        "--no-edit")
+    report = refresh.refresh()
+    assert report["changed"] == [p.name]
+    assert "+x = 3" in p.read_text()
+    assert (tiny / "patches" / "series").read_text() == f"# my header\n{p.name} contract=tests/c.py\n"
+    apply.apply()  # the refreshed series is what vllm/ holds: nothing to do
+    assert series.load()[0].contract == "tests/c.py"
+
+
+def test_refresh_refuses_uncommitted_work(tiny):
+    (tiny / "vllm" / "b.py").write_text("dirty\n")
+    with pytest.raises(SeriesError, match="uncommitted changes"):
+        refresh.refresh()
+    assert (tiny / "vllm" / "b.py").read_text() == "dirty\n"

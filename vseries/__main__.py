@@ -1,0 +1,3 @@
+from vseries.cli import main
+
+raise SystemExit(main())

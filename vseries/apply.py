@@ -1,0 +1,163 @@
+"""apply: reset vllm/ to the pin and apply patches/series with ``git am -3``.
+
+One commit per patch on the branch ``series``. Idempotent: when the branch already holds
+exactly the series (same patch-ids) on the pin and the tree is clean, nothing is done.
+Atomic: patches are applied on a detached HEAD at the pin; on any failure the am is aborted
+and vllm/ returns to the HEAD (and uncommitted work) it had. Uncommitted work, or commits
+that are not in the series, are refused unless --force, which first keeps them under
+``refs/vseries/backup/<time>`` and in ``git stash``.
+"""
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from vseries import git, materialise, series
+from vseries import pin as pinmod
+from vseries.errors import SeriesError
+
+BRANCH = "series"
+# am writes committer = this identity and date = the author date, so the same series on the
+# same pin gives the same commit ids on every machine (and works with no git identity set).
+AM_ENV = {"GIT_COMMITTER_NAME": "vseries", "GIT_COMMITTER_EMAIL": "vseries@invalid"}
+
+
+def wanted_ids(vdir: Path, entries: list[series.Entry]) -> list[str]:
+    """patch-id of each series file, in order."""
+    return [git.patch_id(vdir, e.path.read_text(errors="replace")) or "" for e in entries]
+
+
+def _foreign_commits(vdir: Path, pinned: str, tip: str, want: list[str]) -> list[str]:
+    """'<short id> <subject>' for commits reachable from tip but not from the pin whose change
+    is not one of the series' patches (they would be lost by a reset)."""
+    out = []
+    for c, pid in git.commit_patch_ids(vdir, pinned, tip):
+        if pid not in want:
+            out.append(git.run(vdir, "log", "-1", "--format=%h %s", c))
+    return out
+
+
+def explain(vdir: Path, patch: Path, am_output: str) -> str:
+    """Say which file and hunk of ``patch`` failed against the current HEAD of vdir.
+
+    Reads the CONFLICT lines of am's 3-way merge and, for a plain rejection, asks
+    ``git apply --check -v`` where the hunk stopped matching.
+    """
+    found = [m.group(0) for m in re.finditer(r"CONFLICT \([^)]*\): .*", am_output)]
+    p = subprocess.run(["git", "-C", str(vdir), "apply", "--check", "-v", str(patch)],
+                       capture_output=True, text=True)
+    text = patch.read_text(errors="replace")
+    for m in re.finditer(r"error: patch failed: (\S+):(\d+)", p.stderr):
+        path, line = m.group(1), int(m.group(2))
+        hunk = re.search(rf"^@@ -{line}(,\d+)? \+\d+(,\d+)? @@.*$", text, re.M)
+        found.append(f"file {path}, hunk {hunk.group(0) if hunk else f'at line {line}'}")
+    for m in re.finditer(r"error: (\S+): (does not exist in index|No such file or directory)",
+                         p.stderr):
+        found.append(f"file {m.group(1)} does not exist here (renamed or removed upstream?)")
+    return "\n".join(f"  {x}" for x in dict.fromkeys(found)) or "  " + am_output.strip()[-400:]
+
+
+def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
+    """Apply the series on the pin. Returns the commit ids of the applied patches.
+
+    Args:
+        force: drop uncommitted work and commits outside the series, after backing them up.
+        keep_conflict: on a failing patch, leave the ``git am`` session open for a manual fix
+            instead of rolling back.
+
+    Raises:
+        SeriesError: a malformed series or patch; an unfinished am/rebase in vllm/; uncommitted
+            work or foreign commits without --force; a patch that does not apply (vllm/ is
+            back as it was, unless keep_conflict).
+    """
+    pin = pinmod.load()
+    vdir = materialise.ensure(quiet=True)
+    entries = series.load()
+    busy = git.in_progress(vdir)
+    if busy:
+        raise SeriesError(f"vllm/ is in the middle of a {busy}",
+                          "git -C vllm am --continue   # after fixing, then scripts/refresh.sh; "
+                          "or: git -C vllm am --abort")
+    pinned = pin.commit
+    want = wanted_ids(vdir, entries)
+    dirty = git.dirty(vdir)
+    branch, head = git.head_branch(vdir), git.rev(vdir, "HEAD")
+    if branch == BRANCH and not dirty and git.ok(vdir, "merge-base", "--is-ancestor", pinned,
+                                                 "HEAD"):
+        have = [pid for _, pid in git.commit_patch_ids(vdir, pinned, "HEAD")]
+        if have == want:
+            print(f"apply: vllm/ already holds the series ({len(want)} patches on "
+                  f"{pin.tag}); nothing changed")
+            return git.run(vdir, "rev-list", "--reverse", f"{pinned}..HEAD").split()
+
+    at_risk = [f"uncommitted: {d}" for d in dirty[:10]]
+    tips = {head} | ({git.rev(vdir, BRANCH)} if git.rev(vdir, BRANCH) else set())
+    for tip in sorted(t for t in tips if t):
+        at_risk += [f"commit not in the series: {c}"
+                    for c in _foreign_commits(vdir, pinned, tip, want)]
+    at_risk = list(dict.fromkeys(at_risk))
+    stash = None
+    if at_risk and not force:
+        raise SeriesError(
+            "vllm/ holds work that applying the series would drop:\n"
+            + "\n".join(f"  {x}" for x in at_risk),
+            "scripts/refresh.sh   # export your commits into patches/ first; or "
+            "scripts/apply.sh --force   # keeps a backup ref, then resets")
+    if at_risk:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for i, tip in enumerate(sorted(t for t in tips if t)):
+            ref = f"refs/vseries/backup/{stamp}" + (f"-{i}" if i else "")
+            git.run(vdir, "update-ref", ref, tip)
+            print(f"apply: backup of {tip[:12]} kept as {ref}")
+        if dirty:
+            git.run(vdir, "stash", "push", "--include-untracked", "-m",
+                    f"vseries apply --force backup {stamp}", env=AM_ENV)
+            stash = git.rev(vdir, "stash@{0}")
+            git.run(vdir, "update-ref", f"refs/vseries/backup/{stamp}-worktree", stash)
+            print(f"apply: uncommitted work stashed (git -C vllm stash show -p {stash[:12]}) "
+                  f"and kept as refs/vseries/backup/{stamp}-worktree")
+
+    orig = branch or head
+    git.run(vdir, "checkout", "-q", "--detach", pinned)
+    applied = []
+    for e in entries:
+        out = git.run(vdir, "am", "-3", "-k", "--committer-date-is-author-date", str(e.path),
+                      check=False, env=AM_ENV)
+        if not git.in_progress(vdir):
+            applied.append(git.rev(vdir, "HEAD"))
+            continue
+        why = explain(vdir, e.path, out)
+        if keep_conflict:
+            raise SeriesError(
+                f"patch {e.name} does not apply; the am session is left open in vllm/:\n{why}",
+                "fix the files in vllm/, git -C vllm add them, git -C vllm am --continue, "
+                "then scripts/refresh.sh (or git -C vllm am --abort)")
+        git.run(vdir, "am", "--abort", check=False)
+        git.run(vdir, "checkout", "-q", "-f", orig)
+        if stash:
+            git.run(vdir, "stash", "pop", "-q", check=False)
+        raise SeriesError(
+            f"patch {e.name} does not apply on {pin.tag} + the patches before it; vllm/ is back "
+            f"as it was ({orig[:12] if orig == head else orig}):\n{why}",
+            "scripts/apply.sh --keep-conflict   # stop at the conflict and fix it by hand")
+    git.run(vdir, "checkout", "-q", "-B", BRANCH)
+    print(f"apply: {len(applied)} patches applied on {pin.tag} ({pinned[:12]}), branch {BRANCH}:")
+    for c in applied:
+        print("  " + git.run(vdir, "log", "-1", "--format=%h %s", c))
+    return applied
+
+
+def main(args) -> int:
+    apply(force=args.force, keep_conflict=args.keep_conflict)
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("apply", help="reset vllm/ to the pin and apply patches/series")
+    p.add_argument("--force", action="store_true",
+                   help="drop uncommitted work and commits outside the series, after a backup")
+    p.add_argument("--keep-conflict", action="store_true",
+                   help="leave a failing git am open for a manual fix instead of rolling back")
+    p.set_defaults(func=main)
+

@@ -1,0 +1,140 @@
+"""build: editable install of vllm/ with the release kernels, then a summary.
+
+``pip install -e vllm`` with VLLM_USE_PRECOMPILED=1 and the verified release wheel as
+VLLM_PRECOMPILED_WHEEL_LOCATION: vLLM's setup copies the wheel's prebuilt kernels (_C,
+_moe_C, ...) into the tree, so no CUDA compile happens. That is only right while the series
+leaves csrc/ alone; a series that touches it is refused here with the from-source recipe.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from vseries import fetch, git, materialise, paths, series
+from vseries import pin as pinmod
+from vseries.errors import SeriesError
+
+# Paths whose change needs vLLM's CUDA/C++ build instead of the release kernels.
+COMPILED = ("csrc/", "CMakeLists.txt", "cmake/")
+
+
+def compiled_paths(entries: list[series.Entry]) -> list[str]:
+    """Files under csrc/ (or the CMake build) that the series changes."""
+    hits = []
+    for e in entries:
+        out = subprocess.run(["git", "apply", "--numstat", str(e.path)], capture_output=True,
+                             text=True, cwd=paths.root()).stdout
+        for line in out.splitlines():
+            f = line.split("\t")[-1]
+            if f.startswith(COMPILED):
+                hits.append(f"{e.name}: {f}")
+    return hits
+
+
+def pip(*args: str) -> None:
+    """Run this interpreter's pip; raises SeriesError naming the command on failure."""
+    cmd = [sys.executable, "-m", "pip", *args]
+    if subprocess.run(cmd).returncode != 0:
+        raise SeriesError(f"pip failed: {' '.join(cmd[2:])}",
+                          "check the network or the index; then scripts/setup.sh again")
+
+
+def has_nvidia_driver() -> bool:
+    return shutil.which("nvidia-smi") is not None or Path("/proc/driver/nvidia").exists()
+
+
+def torch_spec(pin: pinmod.Pin) -> list[str]:
+    """What to pip-install for torch (and Triton) on this host.
+
+    GPU hosts get the torch the release kernels were built for (pin.torch, which brings its
+    Triton). CPU hosts get requirements/cpu-host.txt plus pin.triton. VSERIES_TORCH overrides.
+    """
+    if os.environ.get("VSERIES_TORCH"):
+        return [os.environ["VSERIES_TORCH"], f"triton=={pin.triton}"]
+    if has_nvidia_driver():
+        return [f"torch=={pin.torch}"]
+    return ["-r", str(paths.root() / "requirements" / "cpu-host.txt"), f"triton=={pin.triton}"]
+
+
+def probe(code: str) -> tuple[bool, str]:
+    """Run python code in a fresh interpreter from /; returns (ok, last line of output)."""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
+    lines = (p.stdout + p.stderr).strip().splitlines()
+    return p.returncode == 0, (lines[-1] if lines else "")
+
+
+def summary(pin: pinmod.Pin, vdir: Path) -> None:
+    """Print pin, source, patches applied, vllm.__version__ and whether the kernels load."""
+    patches = git.run(vdir, "log", "--reverse", "--format=%h %s", f"{pin.commit}..HEAD")
+    ok_v, version = probe("import vllm, os; print(vllm.__version__, os.path.dirname(vllm.__file__))")
+    ok_k, kern = probe("import vllm._C, vllm._moe_C; print('loaded')")
+    if ok_k:
+        kernels = "release kernels load (vllm._C, vllm._moe_C)"
+    elif "libcuda.so" in kern:
+        kernels = ("release kernels are installed but cannot load here: no NVIDIA driver "
+                   "(libcuda.so.1). Expected on a CPU-only host; they load on the H200.")
+    else:
+        kernels = f"release kernels do NOT load: {kern}"
+    rows = [("pin", f"{pin.tag} {pin.commit}"), ("source", materialise.source_of(vdir)),
+            ("branch", git.head_branch(vdir) or "(detached)"),
+            ("vllm", version if ok_v else f"import failed: {version}"), ("kernels", kernels),
+            ("python", sys.executable)]
+    print("\nsummary")
+    for k, v in rows:
+        print(f"  {k:8} {v}")
+    print(f"  patches  {len(patches.splitlines())} applied")
+    for line in patches.splitlines():
+        print(f"    {line}")
+
+
+def build() -> None:
+    """Install vllm/ editable into the running interpreter's environment.
+
+    Raises:
+        SeriesError: the series changes compiled code (csrc/); a download or pip step failed.
+    """
+    pin = pinmod.load()
+    vdir = materialise.ensure(quiet=True)
+    entries = series.load()
+    hits = compiled_paths(entries)
+    if hits:
+        raise SeriesError(
+            "the series changes compiled code, so the release kernels would not match it:\n"
+            + "\n".join(f"  {h}" for h in hits) + "\nBuild from source for Hopper instead.",
+            "TORCH_CUDA_ARCH_LIST=9.0a MAX_JOBS=16 pip install --no-build-isolation -e vllm"
+            "   # needs nvcc and the CUDA toolkit; about an hour")
+    wheel = fetch.fetch(pin.package, pin.wheel)
+    ok_t, tv = probe("import torch, triton; print(torch.__version__, triton.__version__)")
+    if ok_t:
+        print(f"build: torch/triton present ({tv})")
+    else:
+        pip("install", "-q", *torch_spec(pin))
+    pip("install", "-q", "-r", str(vdir / "requirements" / "common.txt"))
+    env = {**os.environ, "VLLM_USE_PRECOMPILED": "1",
+           "VLLM_PRECOMPILED_WHEEL_LOCATION": str(wheel),
+           # setuptools-scm would call a patched tree "0.21.1.devN"; the release it is built
+           # on is the honest version, and the summary lists the patches on top.
+           "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_VLLM": pin.version}
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps",
+           "-e", str(vdir)]
+    print(f"build: pip install -e vllm with the release kernels of {wheel.name}")
+    if subprocess.run(cmd, env=env).returncode != 0:
+        raise SeriesError("the editable install of vllm/ failed (see pip's output above)",
+                          "scripts/build.sh   # after fixing what pip reported")
+    summary(pin, vdir)
+
+
+def main(args) -> int:
+    if args.summary_only:
+        summary(pinmod.load(), paths.vllm_dir())
+    else:
+        build()
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("build", help="pip install -e vllm with the release kernels; summary")
+    p.add_argument("--summary-only", action="store_true", help="print the summary only")
+    p.set_defaults(func=main)

@@ -1,0 +1,97 @@
+"""contract: run each patch's contract test against the plain pin (base) and the patched tree.
+
+A contract is a behaviour the patch promises (tests/contract/test_*.py, named by the series
+option ``contract=``). It must fail on the base and pass with the patch; a contract that
+passes on the base tests nothing, and is reported as an error. The same runner answers the
+rebase tool's question "does plain upstream already keep this contract?".
+"""
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from vseries import paths, series, worktree
+from vseries.errors import SeriesError
+
+# pytest exit codes: 0 passed, 1 some failed, 5 nothing collected (a failure here).
+OUTCOME = {0: "pass", 1: "fail", 5: "no tests"}
+
+
+@dataclass
+class Result:
+    """One contract run: exit code, pytest's closing line, and the tree it ran against."""
+
+    code: int
+    line: str
+    tree: str
+
+    @property
+    def outcome(self) -> str:
+        return OUTCOME.get(self.code, f"error (exit {self.code})")
+
+
+def run_one(test: str, tree: Path | None, extra: list[str] = ()) -> Result:
+    """Run one contract test file with pytest in a fresh interpreter.
+
+    Args:
+        test: path of the test file, relative to the workspace root.
+        tree: a vLLM checkout to import instead of the installed vllm (PYTHONPATH), or None.
+    """
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")]).strip(":")
+    p = subprocess.run([sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "-m", "contract", test, *extra],
+                       capture_output=True, text=True, env=env, cwd=paths.root())
+    lines = [x for x in p.stdout.strip().splitlines() if x.strip()]
+    closing = next((x for x in reversed(lines) if re.search(r"\d+ (passed|failed|error|skipped|"
+                                                             r"deselected)|no tests ran", x)),
+                   (lines or ["(no output)"])[-1])
+    return Result(p.returncode, closing.strip("= "), str(tree or "installed vllm"))
+
+
+def check_all(base: bool = True) -> list[tuple[series.Entry, Result, Result | None]]:
+    """Run every patch's contract against the installed (patched) vllm and, when ``base``,
+    against the plain pin. Returns (entry, patched result, base result)."""
+    rows = []
+    base_dir = worktree.base_tree() if base else None
+    for e in series.load():
+        if not e.contract:
+            raise SeriesError(f"patch {e.name} names no contract test in patches/series",
+                              f"add contract=tests/contract/test_<name>.py to its series line")
+        if not (paths.root() / e.contract).exists():
+            raise SeriesError(f"contract {e.contract} of {e.name} does not exist")
+        patched = run_one(e.contract, None)
+        rows.append((e, patched, run_one(e.contract, base_dir) if base else None))
+    return rows
+
+
+def report(rows) -> bool:
+    """Print the table; True when every contract passes patched and fails on the base."""
+    good = True
+    print(f"{'patch':58} {'base':10} {'patched':10} verdict")
+    for e, patched, base in rows:
+        verdict = "ok"
+        if patched.code != 0:
+            verdict, good = "FAILS WITH THE PATCH", False
+        elif base is not None and base.code == 0:
+            verdict, good = "PASSES ON BASE: tests nothing", False
+        print(f"{e.name[:58]:58} {base.outcome if base else '-':10} {patched.outcome:10} "
+              f"{verdict}")
+        print(f"    patched: {patched.line}")
+        if base is not None:
+            print(f"    base:    {base.line}")
+    return good
+
+
+def main(args) -> int:
+    return 0 if report(check_all(base=not args.patched_only)) else 1
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("contract", help="run each patch's contract on base and patched")
+    p.add_argument("--patched-only", action="store_true", help="skip the run on the base")
+    p.set_defaults(func=main)

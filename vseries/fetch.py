@@ -1,0 +1,115 @@
+"""Verified, cached, resumable downloads of release files from PyPI.
+
+A file is looked up by name in PyPI's simple index (PEP 691 JSON), downloaded to
+``<cache>/<name>.part`` (resumed with an HTTP Range request when a partial file exists),
+checked against the pin's sha256, and only then renamed into place. A cached file is hashed
+again on every use; a corrupt one is deleted and fetched once more.
+"""
+
+import hashlib
+import os
+from pathlib import Path
+
+import requests
+from tqdm import tqdm
+
+from vseries import paths
+from vseries.errors import SeriesError
+from vseries.pin import Artefact
+
+INDEX = os.environ.get("VSERIES_INDEX_URL", "https://pypi.org/simple")
+TIMEOUT_S = 30  # connect/read timeout per request; a dead network fails in seconds, not hours
+CHUNK = 1 << 20
+
+
+def sha256_of(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(CHUNK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def url_for(project: str, filename: str, session: requests.Session) -> str:
+    """The download URL of ``filename`` in ``project``'s simple-index page.
+
+    Raises:
+        SeriesError: the index is unreachable, or lists no such file (e.g. an unknown tag).
+    """
+    try:
+        r = session.get(f"{INDEX}/{project}/", timeout=TIMEOUT_S,
+                        headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+        r.raise_for_status()
+    except requests.RequestException as e:
+        raise SeriesError(
+            f"cannot reach the package index {INDEX} to look up {filename}: {e}",
+            "check the network or proxy, or put the file in the cache by hand "
+            f"({paths.cache_dir()}/{filename}) and run the command again") from None
+    for f in r.json().get("files", []):
+        if f["filename"] == filename:
+            return f["url"]
+    raise SeriesError(f"{INDEX}/{project}/ lists no file {filename}; is the tag or version right?",
+                      f"pip index versions {project}   # lists the released versions")
+
+
+def _download(url: str, part: Path, session: requests.Session, name: str) -> None:
+    have = part.stat().st_size if part.exists() else 0
+    headers = {"Range": f"bytes={have}-"} if have else {}
+    with session.get(url, stream=True, timeout=TIMEOUT_S, headers=headers) as r:
+        if r.status_code == 416:  # the part file is already complete
+            return
+        r.raise_for_status()
+        if have and r.status_code != 206:  # the server ignored Range: start again
+            have = 0
+        total = int(r.headers.get("Content-Length", 0)) + have
+        mode = "ab" if have else "wb"
+        with open(part, mode) as f, tqdm(total=total or None, initial=have, unit="B",
+                                         unit_scale=True, unit_divisor=1024, desc=name,
+                                         disable=None) as bar:
+            for block in r.iter_content(CHUNK):
+                f.write(block)
+                bar.update(len(block))
+
+
+def fetch(project: str, art: Artefact, cache: Path | None = None) -> Path:
+    """Return the path of a verified copy of ``art`` in the cache, downloading it if needed.
+
+    Args:
+        project: PyPI project name, e.g. "vllm".
+        art: file name and expected sha256.
+        cache: cache folder (default paths.cache_dir()).
+
+    Raises:
+        SeriesError: no network and no cached copy; the file is not on the index; or the
+            download's sha256 differs from the pin twice in a row (the cached copy is removed).
+    """
+    cache = cache or paths.cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    dest = cache / art.filename
+    if dest.exists():
+        if sha256_of(dest) == art.sha256:
+            return dest
+        print(f"fetch: cached {dest} does not match its sha256; fetching it again")
+        dest.unlink()
+    part = dest.with_name(dest.name + ".part")
+    session = requests.Session()
+    url = url_for(project, art.filename, session)
+    for attempt in (1, 2):
+        try:
+            _download(url, part, session, art.filename)
+        except requests.RequestException as e:
+            raise SeriesError(
+                f"download of {art.filename} broke off: {e} (the partial file is kept and "
+                "the next run resumes it)", "run the same command again") from None
+        got = sha256_of(part)
+        if got == art.sha256:
+            part.rename(dest)
+            return dest
+        part.unlink()
+        print(f"fetch: {art.filename} has sha256 {got}, expected {art.sha256}"
+              + ("; fetching it again" if attempt == 1 else ""))
+    raise SeriesError(
+        f"{art.filename} from {url} does not match the pin's sha256 {art.sha256}; nothing was "
+        "kept. Either the index serves a different file or the pin is wrong.",
+        "compare with the digest PyPI shows for the file, then correct upstream.toml")

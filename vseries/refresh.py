@@ -1,0 +1,96 @@
+"""refresh: export the commits on top of the pin in vllm/ back into patches/ and the series.
+
+Uses ``git format-patch`` with options that make the output depend only on the commits'
+content (no commit ids, no git version signature, full blob ids, fixed diff settings), and
+writes a file only when its bytes change: refreshing an unchanged series changes no file.
+"""
+
+import filecmp
+import tempfile
+from pathlib import Path
+
+from vseries import git, paths, series
+from vseries import pin as pinmod
+from vseries.errors import SeriesError
+
+FORMAT = ["format-patch", "-k", "--zero-commit", "--no-signature", "--full-index",
+          "--no-numbered", "--no-cover-letter", "--stat=80"]
+
+
+def export(vdir: Path, base: str, tip: str, out: Path) -> list[Path]:
+    """format-patch ``base..tip`` into folder ``out``; returns the files, in order."""
+    names = git.run(vdir, *FORMAT, "-o", str(out), f"{base}..{tip}")
+    return [Path(n) for n in names.splitlines() if n]
+
+
+def refresh() -> dict[str, list[str]]:
+    """Rewrite patches/ and patches/series from vllm/'s commits on top of the pin.
+
+    Options of series lines (contract=...) follow their patch by patch-id, else by name.
+
+    Returns:
+        {"changed": [...], "unchanged": [...], "removed": [...]} file names.
+
+    Raises:
+        SeriesError: vllm/ is missing, mid-am, dirty, or its HEAD does not descend from the pin.
+    """
+    pin = pinmod.load()
+    vdir = paths.vllm_dir()
+    if not git.is_repo(vdir):
+        raise SeriesError("vllm/ is not materialised", "scripts/apply.sh")
+    busy = git.in_progress(vdir)
+    if busy:
+        raise SeriesError(f"vllm/ is in the middle of a {busy}; finish it first",
+                          "git -C vllm am --continue   # or --abort")
+    if git.dirty(vdir):
+        raise SeriesError("vllm/ has uncommitted changes; refresh exports commits only",
+                          "git -C vllm commit -a -s   # then scripts/refresh.sh")
+    if not git.ok(vdir, "merge-base", "--is-ancestor", pin.commit, "HEAD"):
+        raise SeriesError(f"vllm/ HEAD does not descend from the pin {pin.tag}",
+                          "scripts/apply.sh   # or scripts/rebase.sh for a new upstream")
+    fresh = not (paths.patches_dir() / "series").exists()
+    header, old = ([], []) if fresh else series.read()
+    by_name = {e.name: e for e in old}
+    by_id = {}
+    for e in old:
+        if e.path.exists():
+            by_id[git.patch_id(vdir, e.path.read_text(errors="replace"))] = e
+    report = {"changed": [], "unchanged": [], "removed": []}
+    new_entries = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for f in export(vdir, pin.commit, "HEAD", Path(tmp)):
+            pid = git.patch_id(vdir, f.read_text(errors="replace"))
+            prev = by_id.get(pid) or by_name.get(f.name)
+            new_entries.append(series.Entry(f.name, dict(prev.options) if prev else {}))
+            dest = paths.patches_dir() / f.name
+            if dest.exists() and filecmp.cmp(f, dest, shallow=False):
+                report["unchanged"].append(f.name)
+            else:
+                dest.write_bytes(f.read_bytes())
+                report["changed"].append(f.name)
+    keep = {e.name for e in new_entries}
+    for e in old:
+        if e.name not in keep and e.path.exists():
+            e.path.unlink()
+            report["removed"].append(e.name)
+    if fresh:
+        header = ["# The series: patch files in order of application (git am -3 on the pin).",
+                  "# Options: contract=<test file> names the patch's workspace contract test."]
+    series_changed = series.write(header, new_entries)
+    print(f"refresh: {len(new_entries)} patches; changed {len(report['changed'])}, unchanged "
+          f"{len(report['unchanged'])}, removed {len(report['removed'])}"
+          + ("; series rewritten" if series_changed else "; series unchanged"))
+    for k in ("changed", "removed"):
+        for n in report[k]:
+            print(f"  {k}: {n}")
+    return report
+
+
+def main(args) -> int:
+    refresh()
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("refresh", help="export vllm/'s commits on the pin into patches/")
+    p.set_defaults(func=main)

@@ -1,0 +1,113 @@
+"""The upstream tier: vLLM's own kernel tests on the base tree and the patched tree.
+
+Standard library only, so it also runs on a GPU host that has no package index (the H200
+recipe in CONTRIBUTING.md). Each selection of ``tests/upstream.toml`` runs with pytest from
+inside each tree (vLLM's tests/ package and conftest resolve there) with a JUnit XML report;
+the outcomes are compared test by test. A test that passes on the base and not with the patch
+is a regression.
+
+    python3 -m vseries.upstream --base DIR --patched DIR [--only NAME] [--out report.md]
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import tomllib
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+
+
+def load_selections(path: Path) -> list[dict]:
+    """The [[select]] tables of tests/upstream.toml (keys: patch, path, k, patched_only)."""
+    return tomllib.loads(path.read_text()).get("select", [])
+
+
+def run_selection(tree: Path, sel: dict, xml: Path, pythonpath: str) -> tuple[int, float]:
+    """Run one selection in one tree; returns (pytest exit code, wall time in s)."""
+    cmd = [sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", sel["path"],
+           f"--junitxml={xml}"] + (["-k", sel["k"]] if sel.get("k") else [])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(tree), pythonpath) if p)}
+    t = time.monotonic()
+    code = subprocess.run(cmd, cwd=tree, env=env).returncode
+    return code, time.monotonic() - t
+
+
+def outcomes(xml: Path) -> dict[str, str]:
+    """test id -> passed / failed / error / skipped, from a JUnit XML file (empty if none)."""
+    if not xml.exists():
+        return {}
+    result = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        tid = f"{case.get('classname')}::{case.get('name')}"
+        kinds = {child.tag for child in case}
+        result[tid] = ("failed" if "failure" in kinds else "error" if "error" in kinds
+                       else "skipped" if "skipped" in kinds else "passed")
+    return result
+
+
+def count(res: dict[str, str]) -> str:
+    c = {k: list(res.values()).count(k) for k in ("passed", "failed", "error", "skipped")}
+    return ", ".join(f"{v} {k}" for k, v in c.items() if v) or "none"
+
+
+def compare(base: Path | None, patched: Path, sels: list[dict], work: Path,
+            pythonpath: str = "") -> tuple[str, bool]:
+    """Run every selection on both trees; returns (Markdown report, True when no regression).
+
+    A regression: a test that passed on the base and fails/errors patched; a patched_only test
+    that fails; or a selection that collected nothing (pytest exit 5) on the patched tree.
+    """
+    work.mkdir(parents=True, exist_ok=True)
+    lines = ["| selection | base | patched | time base / patched (s) |", "|---|---|---|---|"]
+    problems = []
+    for i, sel in enumerate(sels):
+        name = f"`{sel['path']}`" + (f" -k `{sel['k']}`" if sel.get("k") else "")
+        pres_code, pt = run_selection(patched, sel, work / f"p{i}.xml", pythonpath)
+        pres = outcomes(work / f"p{i}.xml")
+        if sel.get("patched_only") or base is None:
+            bres, bt, btxt = {}, 0.0, "(added by the patch)" if sel.get("patched_only") else "-"
+        else:
+            _, bt = run_selection(base, sel, work / f"b{i}.xml", pythonpath)
+            bres = outcomes(work / f"b{i}.xml")
+            btxt = count(bres)
+        lines.append(f"| {name} | {btxt} | {count(pres)} | {bt:.0f} / {pt:.0f} |")
+        if pres_code == 5 or not pres:
+            problems.append(f"{name}: collected no test on the patched tree")
+        for tid, out in pres.items():
+            if out in ("failed", "error") and bres.get(tid, "passed") == "passed":
+                was = bres.get(tid, "absent")
+                problems.append(f"{tid}: {out} patched, {was} on base")
+    lines.append("")
+    lines += ["Regressions:"] + [f"- {p}" for p in problems] if problems else \
+        ["No regression: every test that passes on the base passes patched."]
+    return "\n".join(lines) + "\n", not problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--base", type=Path, help="the unpatched tree (omit: patched only)")
+    ap.add_argument("--patched", type=Path, required=True)
+    ap.add_argument("--select", type=Path, default=HERE / "tests" / "upstream.toml")
+    ap.add_argument("--only", action="append", help="run only selections of this patch name")
+    ap.add_argument("--pythonpath", default="", help="extra PYTHONPATH (e.g. /root/site)")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/vseries-upstream"))
+    ap.add_argument("--out", type=Path, help="write the Markdown report here too")
+    a = ap.parse_args(argv)
+    sels = [s for s in load_selections(a.select)
+            if not a.only or any(o in s["patch"] for o in a.only)]
+    if not sels:
+        print("upstream: no selection to run", file=sys.stderr)
+        return 5
+    text, ok = compare(a.base, a.patched, sels, a.work, a.pythonpath)
+    print(text)
+    if a.out:
+        a.out.write_text(text)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
