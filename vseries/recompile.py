@@ -78,87 +78,193 @@ _LEFT_OTHER = "left: MoE kernel, outside the rope patch's scope"
 
 # Read from the v0.21.0 sources (call sites named in `evidence`); see docs/recompile-audit.md.
 AUDIT: tuple[KernelAudit, ...] = (
-    KernelAudit(_DSV4 + "fused_inv_rope_fp8_quant", ROPE_KERNEL,
-                ("num_tokens", "scale_stride_group", "scale_stride_k"),
-                "num_tokens = o.shape[0]; scale strides = scale_inner * round_up(T, 4) and "
-                "round_up(T, 4) (_fused_inv_rope_fp8_quant_kernel_impl). fp8_stride_group = "
-                "T * d also follows T, but d is a multiple of 128: its key never changes and "
-                "its hint gives 16-byte fp8 stores, so it stays specialised",
-                _PATCHED, "decode+prefill"),
-    KernelAudit(_DSV4 + "cache_utils", "quantize_and_insert_k_kernel", ("num_tokens",),
-                "num_tokens = slot_mapping.shape[0] (quantize_and_insert_k_cache)",
-                _PATCHED, "tests only in v0.21.0 (no caller in vllm/)"),
-    KernelAudit(_DSV4 + "cache_utils", "_dequantize_and_gather_k_kernel", (),
-                "offset is 0 or N (compressed length); strides from a fixed-size workspace",
-                "none needed", "prefill"),
-    KernelAudit(_DSV4 + "cache_utils", "_compute_global_topk_indices_and_lens_kernel", (),
-                "T only sets the grid; strides, topk, block_size are fixed",
-                "none needed", "decode"),
-    KernelAudit(_DSV4 + "cache_utils", "_combine_topk_swa_indices_kernel", (),
-                "M = N + window + max_num_batched_tokens, N from max_model_len: fixed",
-                "none needed", "prefill"),
-    KernelAudit(_DSV4 + "fused_qk_rmsnorm", "_fused_q_kv_rmsnorm_kernel", (),
-                "T only sets the grid; row strides are fixed", "none needed", "decode+prefill"),
-    KernelAudit(_DSV4 + "fused_indexer_q", "_fused_indexer_q_rope_quant_kernel", (),
-                "T only sets the grid; strides are fixed", "none needed", "decode+prefill"),
-    KernelAudit(_DSV4 + "fused_indexer_q", "_fused_indexer_q_rope_mxfp4_kernel", (),
-                "T only sets the grid; strides are fixed", "none needed",
-                "decode+prefill (when CuTe DSL is absent)"),
-    KernelAudit(_DSV4 + "fused_compress_quant_cache",
-                "_fused_kv_compress_norm_rope_insert_sparse_attn", (),
-                "T only sets the grid; block sizes and strides are fixed", "none needed",
-                "decode+prefill"),
-    KernelAudit(_DSV4 + "fused_compress_quant_cache",
-                "_fused_kv_compress_norm_rope_insert_indexer_attn", (),
-                "T only sets the grid; block sizes and strides are fixed", "none needed",
-                "decode+prefill"),
-    KernelAudit(_DSV4 + "fused_compress_quant_cache",
-                "_fused_kv_compress_norm_rope_insert_indexer_mxfp4_attn", (),
-                "T only sets the grid; block sizes and strides are fixed", "none needed",
-                "decode+prefill"),
+    KernelAudit(
+        _DSV4 + "fused_inv_rope_fp8_quant",
+        ROPE_KERNEL,
+        ("num_tokens", "scale_stride_group", "scale_stride_k"),
+        "num_tokens = o.shape[0]; scale strides = scale_inner * round_up(T, 4) and "
+        "round_up(T, 4) (_fused_inv_rope_fp8_quant_kernel_impl). fp8_stride_group = "
+        "T * d also follows T, but d is a multiple of 128: its key never changes and "
+        "its hint gives 16-byte fp8 stores, so it stays specialised",
+        _PATCHED,
+        "decode+prefill",
+    ),
+    KernelAudit(
+        _DSV4 + "cache_utils",
+        "quantize_and_insert_k_kernel",
+        ("num_tokens",),
+        "num_tokens = slot_mapping.shape[0] (quantize_and_insert_k_cache)",
+        _PATCHED,
+        "tests only in v0.21.0 (no caller in vllm/)",
+    ),
+    KernelAudit(
+        _DSV4 + "cache_utils",
+        "_dequantize_and_gather_k_kernel",
+        (),
+        "offset is 0 or N (compressed length); strides from a fixed-size workspace",
+        "none needed",
+        "prefill",
+    ),
+    KernelAudit(
+        _DSV4 + "cache_utils",
+        "_compute_global_topk_indices_and_lens_kernel",
+        (),
+        "T only sets the grid; strides, topk, block_size are fixed",
+        "none needed",
+        "decode",
+    ),
+    KernelAudit(
+        _DSV4 + "cache_utils",
+        "_combine_topk_swa_indices_kernel",
+        (),
+        "M = N + window + max_num_batched_tokens, N from max_model_len: fixed",
+        "none needed",
+        "prefill",
+    ),
+    KernelAudit(
+        _DSV4 + "fused_qk_rmsnorm",
+        "_fused_q_kv_rmsnorm_kernel",
+        (),
+        "T only sets the grid; row strides are fixed",
+        "none needed",
+        "decode+prefill",
+    ),
+    KernelAudit(
+        _DSV4 + "fused_indexer_q",
+        "_fused_indexer_q_rope_quant_kernel",
+        (),
+        "T only sets the grid; strides are fixed",
+        "none needed",
+        "decode+prefill",
+    ),
+    KernelAudit(
+        _DSV4 + "fused_indexer_q",
+        "_fused_indexer_q_rope_mxfp4_kernel",
+        (),
+        "T only sets the grid; strides are fixed",
+        "none needed",
+        "decode+prefill (when CuTe DSL is absent)",
+    ),
+    KernelAudit(
+        _DSV4 + "fused_compress_quant_cache",
+        "_fused_kv_compress_norm_rope_insert_sparse_attn",
+        (),
+        "T only sets the grid; block sizes and strides are fixed",
+        "none needed",
+        "decode+prefill",
+    ),
+    KernelAudit(
+        _DSV4 + "fused_compress_quant_cache",
+        "_fused_kv_compress_norm_rope_insert_indexer_attn",
+        (),
+        "T only sets the grid; block sizes and strides are fixed",
+        "none needed",
+        "decode+prefill",
+    ),
+    KernelAudit(
+        _DSV4 + "fused_compress_quant_cache",
+        "_fused_kv_compress_norm_rope_insert_indexer_mxfp4_attn",
+        (),
+        "T only sets the grid; block sizes and strides are fixed",
+        "none needed",
+        "decode+prefill",
+    ),
     # DeepSeek-V4 metadata kernels outside deepseek_v4_ops (reported, not changed).
-    KernelAudit("vllm.v1.attention.backends.mla.flashmla_sparse",
-                "_build_c128a_topk_metadata_kernel", ("num_decode_tokens",),
-                "num_decode_tokens of the batch (build_c128a_topk_metadata)",
-                "left: outside deepseek_v4_ops (attention metadata builder)", "every step"),
-    KernelAudit("vllm.v1.attention.backends.mla.sparse_swa", "_compute_prefill_metadata_kernel",
-                ("num_prefills", "num_decodes"),
-                "request counts of the batch; BLOCK_SIZE=next_power_of_2(num_prefills) is a "
-                "constexpr and compiles per power of two anyway",
-                "left: outside deepseek_v4_ops (attention metadata builder)",
-                "steps with prefills"),
+    KernelAudit(
+        "vllm.v1.attention.backends.mla.flashmla_sparse",
+        "_build_c128a_topk_metadata_kernel",
+        ("num_decode_tokens",),
+        "num_decode_tokens of the batch (build_c128a_topk_metadata)",
+        "left: outside deepseek_v4_ops (attention metadata builder)",
+        "every step",
+    ),
+    KernelAudit(
+        "vllm.v1.attention.backends.mla.sparse_swa",
+        "_compute_prefill_metadata_kernel",
+        ("num_prefills", "num_decodes"),
+        "request counts of the batch; BLOCK_SIZE=next_power_of_2(num_prefills) is a "
+        "constexpr and compiles per power of two anyway",
+        "left: outside deepseek_v4_ops (attention metadata builder)",
+        "steps with prefills",
+    ),
     # MoE path.
-    KernelAudit(_MOE + "fused_moe", "fused_moe_kernel", ("EM", "num_valid_tokens"),
-                "EM = sorted_token_ids.size(0) = T*top_k + E*(BLOCK_SIZE_M-1) (moe_align_"
-                "block_size), or min(that, T*top_k*BLOCK_SIZE_M) when T < BLOCK_SIZE_M; "
-                "num_valid_tokens = T*top_k (invoke_fused_moe_triton_kernel). vLLM's own "
-                "_fused_moe_lora_kernel already puts both in do_not_specialize",
-                _LEFT_MOE, "decode+prefill"),
-    KernelAudit(_MOE + "fused_moe", "fused_moe_kernel_gptq_awq", ("EM", "num_valid_tokens"),
-                "as fused_moe_kernel (invoke_fused_moe_wna16_triton_kernel)", _LEFT_MOE,
-                "decode+prefill (GPTQ/AWQ)"),
-    KernelAudit(_MOE + "fused_moe", "compute_identity_kernel", ("num_tokens",),
-                "num_tokens = expert_indices.numel()... (zero_experts_compute_triton); "
-                "annotated `int`, which Triton still specialises", _LEFT_MOE,
-                "zero-expert routers only"),
-    KernelAudit(_MOE + "moe_fused_mul_sum", "moe_fused_mul_sum_kernel", ("num_tokens",),
-                "num_tokens = inputs.shape[0] (moe_fused_mul_sum)", _LEFT_OTHER,
-                "humming MoE only"),
-    KernelAudit(_MOE + "utils", "_count_expert_num_tokens", ("topk_numel",),
-                "topk_numel = topk_ids.numel() = T*top_k; BLOCK_SIZE constexpr = "
-                "next_power_of_2(min(numel, 1024))", _LEFT_OTHER, "DeepGEMM MoE"),
-    KernelAudit(_MOE + "deep_gemm_utils", "_fwd_kernel_ep_scatter_2", ("total_token_num",),
-                "total_token_num = recv_topk.shape[0] (ep_scatter)", _LEFT_OTHER,
-                "DeepGEMM MoE"),
-    KernelAudit(_MOE + "deep_gemm_utils", "_fwd_kernel_ep_gather", ("total_token_num",),
-                "total_token_num = output_tensor.shape[0] (ep_gather)", _LEFT_OTHER,
-                "DeepGEMM MoE"),
-    KernelAudit(_MOE + "fused_batched_moe", "batched_triton_kernel", (),
-                "max_num_tokens is the fixed per-rank buffer size", "none needed",
-                "batched (DP/EP) MoE"),
-    KernelAudit(_MOE + "experts.batched_deep_gemm_moe", "_silu_mul_fp8_quant_deep_gemm", (),
-                "strides of fixed-size (E, T_max, ...) buffers", "none needed",
-                "batched DeepGEMM MoE"),
+    KernelAudit(
+        _MOE + "fused_moe",
+        "fused_moe_kernel",
+        ("EM", "num_valid_tokens"),
+        "EM = sorted_token_ids.size(0) = T*top_k + E*(BLOCK_SIZE_M-1) (moe_align_"
+        "block_size), or min(that, T*top_k*BLOCK_SIZE_M) when T < BLOCK_SIZE_M; "
+        "num_valid_tokens = T*top_k (invoke_fused_moe_triton_kernel). vLLM's own "
+        "_fused_moe_lora_kernel already puts both in do_not_specialize",
+        _LEFT_MOE,
+        "decode+prefill",
+    ),
+    KernelAudit(
+        _MOE + "fused_moe",
+        "fused_moe_kernel_gptq_awq",
+        ("EM", "num_valid_tokens"),
+        "as fused_moe_kernel (invoke_fused_moe_wna16_triton_kernel)",
+        _LEFT_MOE,
+        "decode+prefill (GPTQ/AWQ)",
+    ),
+    KernelAudit(
+        _MOE + "fused_moe",
+        "compute_identity_kernel",
+        ("num_tokens",),
+        "num_tokens = expert_indices.numel()... (zero_experts_compute_triton); "
+        "annotated `int`, which Triton still specialises",
+        _LEFT_MOE,
+        "zero-expert routers only",
+    ),
+    KernelAudit(
+        _MOE + "moe_fused_mul_sum",
+        "moe_fused_mul_sum_kernel",
+        ("num_tokens",),
+        "num_tokens = inputs.shape[0] (moe_fused_mul_sum)",
+        _LEFT_OTHER,
+        "humming MoE only",
+    ),
+    KernelAudit(
+        _MOE + "utils",
+        "_count_expert_num_tokens",
+        ("topk_numel",),
+        "topk_numel = topk_ids.numel() = T*top_k; BLOCK_SIZE constexpr = "
+        "next_power_of_2(min(numel, 1024))",
+        _LEFT_OTHER,
+        "DeepGEMM MoE",
+    ),
+    KernelAudit(
+        _MOE + "deep_gemm_utils",
+        "_fwd_kernel_ep_scatter_2",
+        ("total_token_num",),
+        "total_token_num = recv_topk.shape[0] (ep_scatter)",
+        _LEFT_OTHER,
+        "DeepGEMM MoE",
+    ),
+    KernelAudit(
+        _MOE + "deep_gemm_utils",
+        "_fwd_kernel_ep_gather",
+        ("total_token_num",),
+        "total_token_num = output_tensor.shape[0] (ep_gather)",
+        _LEFT_OTHER,
+        "DeepGEMM MoE",
+    ),
+    KernelAudit(
+        _MOE + "fused_batched_moe",
+        "batched_triton_kernel",
+        (),
+        "max_num_tokens is the fixed per-rank buffer size",
+        "none needed",
+        "batched (DP/EP) MoE",
+    ),
+    KernelAudit(
+        _MOE + "experts.batched_deep_gemm_moe",
+        "_silu_mul_fp8_quant_deep_gemm",
+        (),
+        "strides of fixed-size (E, T_max, ...) buffers",
+        "none needed",
+        "batched DeepGEMM MoE",
+    ),
 )
 
 
@@ -189,8 +295,10 @@ def load_kernel(module: str, name: str) -> Any:
     if kernel is None:
         raise LookupError(f"{module} has no attribute {name}")
     if not isinstance(kernel, JITFunction):
-        raise LookupError(f"{module}.{name} is {type(kernel).__name__}, not a Triton "
-                          "JITFunction (vLLM's Triton placeholder? set CUDA_VISIBLE_DEVICES=\"\")")
+        raise LookupError(
+            f"{module}.{name} is {type(kernel).__name__}, not a Triton "
+            'JITFunction (vLLM\'s Triton placeholder? set CUDA_VISIBLE_DEVICES="")'
+        )
     return kernel
 
 
@@ -215,8 +323,9 @@ def specialised_token_args(kernel: Any, names: Iterable[str]) -> list[str]:
     params = {p.name: p for p in kernel.params}
     unknown = [n for n in names if n not in params]
     if unknown:
-        raise ValueError(f"{kernel.fn.__qualname__} has no parameter(s) {unknown}; "
-                         f"parameters are {list(params)}")
+        raise ValueError(
+            f"{kernel.fn.__qualname__} has no parameter(s) {unknown}; parameters are {list(params)}"
+        )
     return [n for n in names if params[n].is_constexpr or not params[n].do_not_specialize]
 
 
@@ -338,8 +447,9 @@ def ptx(kernel: Any, launch: Launch, target=None) -> str:
     binder = create_function_from_signature(kernel.signature, kernel.params, backend)
     kwargs = dict(launch.kwargs)
     bound, specialization, options = binder(*launch.args, **kwargs)
-    options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound,
-                                                              specialization, options)
+    options, signature, constexprs, attrs = kernel._pack_args(
+        backend, kwargs, bound, specialization, options
+    )
     src = ASTSource(kernel, signature, constexprs, attrs)
     return triton.compile(src, target=target, options=options.__dict__).asm["ptx"]
 
@@ -348,8 +458,11 @@ def ptx_code(text: str) -> str:
     """The instructions of a PTX text: debug sections, ``.loc``/``.file`` lines and comments
     removed, so that two compiles of the same code from different source paths compare equal."""
     text = text.split("\t.section\t.debug")[0]
-    keep = [ln for ln in text.splitlines()
-            if not ln.strip().startswith((".loc", ".file", "//")) and ln.strip()]
+    keep = [
+        ln
+        for ln in text.splitlines()
+        if not ln.strip().startswith((".loc", ".file", "//")) and ln.strip()
+    ]
     return "\n".join(keep)
 
 
@@ -357,6 +470,13 @@ def global_accesses(text: str) -> dict[str, int]:
     """Count of each global load/store instruction form in a PTX text, e.g.
     ``{"st.global.v4.b32": 1, "st.global.b8": 16}``: wider forms mean vectorised access."""
     return dict(Counter(re.findall(r"\b((?:ld|st)\.global[\w.]*)", text)))
+
+
+def jit_variants(kernel: Any) -> int:
+    """Number of compiled variants in a JITFunction's in-memory cache, over all devices
+    (``JITFunction.device_caches``: device -> (kernel_cache, key_cache, target, backend,
+    binder) in Triton 3.6)."""
+    return sum(len(entry[0]) for entry in kernel.device_caches.values())
 
 
 @dataclasses.dataclass
@@ -397,16 +517,18 @@ class CompileRecorder:
         self._saved = (rt.jit_cache_hook, rt.jit_post_compile_hook)
         before, after = self._saved
 
-        def on_cache_miss(*, key, fn, **kw):
-            self._started[(self._name(fn), str(key))] = time.perf_counter()
-            # A truthy return would tell Triton to skip the compile: pass the older hook's.
-            return before(key=key, fn=fn, **kw) if before else None
+        # Keyword-only, as Triton calls them; **kw keeps them working when Triton adds
+        # arguments (vLLM's own jit_monitor hook does the same).
+        def on_cache_miss(**kw):
+            self._started[self._id(kw)] = time.perf_counter()
+            # A truthy return would tell Triton to skip the compile: pass on the older hook's.
+            return before(**kw) if before else None
 
-        def on_compiled(*, key, fn, **kw):
-            t0 = self._started.pop((self._name(fn), str(key)), None)
+        def on_compiled(**kw):
+            t0 = self._started.pop(self._id(kw), None)
             ms = (time.perf_counter() - t0) * 1e3 if t0 is not None else float("nan")
-            self.events.append(CompileEvent(self._name(fn), self.token_count, ms))
-            return after(key=key, fn=fn, **kw) if after else None
+            self.events.append(CompileEvent(self._name(kw.get("fn")), self.token_count, ms))
+            return after(**kw) if after else None
 
         rt.jit_cache_hook, rt.jit_post_compile_hook = on_cache_miss, on_compiled
         return self
@@ -419,7 +541,11 @@ class CompileRecorder:
 
     @staticmethod
     def _name(fn) -> str:
-        return f"{fn.module}.{fn.name}"
+        return f"{getattr(fn, 'module', '?')}.{getattr(fn, 'name', '?')}"
+
+    @classmethod
+    def _id(cls, kw: dict) -> tuple[str, str]:
+        return cls._name(kw.get("fn")), str(kw.get("key"))
 
     def variants(self) -> dict[str, int]:
         """Compiles per kernel (qualified name) recorded so far."""
@@ -430,9 +556,12 @@ class CompileRecorder:
         return [e for e in self.events if e.kernel.endswith(name)]
 
 
-def sweep(fn: Callable[[int], object], token_counts: Iterable[int] = SWEEP,
-          warmup: int | None = WARMUP, sync: Callable[[], object] | None = None
-          ) -> CompileRecorder:
+def sweep(
+    fn: Callable[[int], object],
+    token_counts: Iterable[int] = SWEEP,
+    warmup: int | None = WARMUP,
+    sync: Callable[[], object] | None = None,
+) -> CompileRecorder:
     """Run ``fn(T)`` for a warm-up token count and then each token count; record compiles.
 
     Args:
@@ -454,8 +583,9 @@ def sweep(fn: Callable[[int], object], token_counts: Iterable[int] = SWEEP,
     return rec
 
 
-def rope_launches(token_counts: Iterable[int], heads: int = 16, groups: int = 2,
-                  tma_aligned_scales: bool = False) -> list[Launch]:
+def rope_launches(
+    token_counts: Iterable[int], heads: int = 16, groups: int = 2, tma_aligned_scales: bool = False
+) -> list[Launch]:
     """Launches of the DeepSeek-V4 rope kernel for each token count, by its real host code.
 
     Calls vLLM's ``fused_inv_rope_fp8_quant`` on uninitialised CPU tensors under
@@ -478,17 +608,21 @@ def rope_launches(token_counts: Iterable[int], heads: int = 16, groups: int = 2,
         for t in token_counts:
             o = torch.empty(t, heads, 512, dtype=torch.bfloat16)
             positions = torch.zeros(t, dtype=torch.int64)
-            mod.fused_inv_rope_fp8_quant(o, positions, cache, groups, heads // groups,
-                                         tma_aligned_scales=tma_aligned_scales)
+            mod.fused_inv_rope_fp8_quant(
+                o, positions, cache, groups, heads // groups, tma_aligned_scales=tma_aligned_scales
+            )
     return launches
 
 
 def _audit_rows(keys_for_rope: bool) -> list[dict]:
     rows = []
     for a in AUDIT:
-        row = {"kernel": f"{a.module.removeprefix('vllm.')}:{a.kernel}",
-               "token_args": ", ".join(a.token_args) or "-", "path": a.path,
-               "action": a.action}
+        row = {
+            "kernel": f"{a.module.removeprefix('vllm.')}:{a.kernel}",
+            "token_args": ", ".join(a.token_args) or "-",
+            "path": a.path,
+            "action": a.action,
+        }
         try:
             kernel = load_kernel(a.module, a.kernel)
             spec = specialised_token_args(kernel, a.token_args)
@@ -503,8 +637,10 @@ def _audit_rows(keys_for_rope: bool) -> list[dict]:
         kernel = load_kernel(ROPE_MODULE, ROPE_KERNEL)
         for tma in (False, True):
             keys = specialisation_keys(kernel, rope_launches(ts, tma_aligned_scales=tma))
-            rows[0][f"keys_tma={tma}"] = (f"{len(set(keys))} variant(s) over T={ts}; "
-                                          f"changing: {changing_args(kernel, keys) or 'none'}")
+            rows[0][f"keys_tma={tma}"] = (
+                f"{len(set(keys))} variant(s) over T={ts}; "
+                f"changing: {changing_args(kernel, keys) or 'none'}"
+            )
     return rows
 
 
@@ -522,8 +658,11 @@ def _gpu_sweep() -> dict:
 
     rec = sweep(run, sync=torch.cuda.synchronize)
     events = rec.for_kernel(ROPE_KERNEL)
-    return {"kernel": ROPE_KERNEL, "variants": len(events),
-            "compiles": [{"T": e.token_count, "ms": round(e.ms, 1)} for e in events]}
+    return {
+        "kernel": ROPE_KERNEL,
+        "variants": len(events),
+        "compiles": [{"T": e.token_count, "ms": round(e.ms, 1)} for e in events],
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -538,12 +677,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         0, or 1 when a kernel patched by the rope-nospec patch still specialises a
         token-following argument (so that CI can use it as a check).
     """
-    p = argparse.ArgumentParser(prog="python -m vseries.recompile", description=main.__doc__
-                                .split("\n")[0])
-    p.add_argument("--keys", action="store_true", help="CPU: JIT keys of the rope kernel "
-                   "over the sweep, from its real host code and Triton's binder")
-    p.add_argument("--sweep", action="store_true", help="CUDA: run the rope kernel over the "
-                   "sweep and count compiled variants")
+    p = argparse.ArgumentParser(
+        prog="python -m vseries.recompile", description=main.__doc__.split("\n")[0]
+    )
+    p.add_argument(
+        "--keys",
+        action="store_true",
+        help="CPU: JIT keys of the rope kernel "
+        "over the sweep, from its real host code and Triton's binder",
+    )
+    p.add_argument(
+        "--sweep",
+        action="store_true",
+        help="CUDA: run the rope kernel over the sweep and count compiled variants",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = p.parse_args(argv)
 
@@ -552,8 +699,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.sweep:
         import torch
 
-        result["sweep"] = (_gpu_sweep() if torch.cuda.is_available()
-                           else "skipped: no CUDA device")
+        result["sweep"] = _gpu_sweep() if torch.cuda.is_available() else "skipped: no CUDA device"
     if args.json:
         print(json.dumps(result, indent=1))
     else:

@@ -1,0 +1,167 @@
+"""Contract of the FP8 oracle patch: per-tensor FP8 MoE on SM90 defaults to TRITON.
+
+v0.21.0's FP8 MoE oracle (`select_fp8_moe_backend` in
+vllm/model_executor/layers/fused_moe/oracle/fp8.py) picks FLASHINFER_CUTLASS on SM90 for
+per-tensor FP8 MoE (static per-tensor weights and activations) whenever FlashInfer is
+installed. The patch puts TRITON first there when there is no expert parallelism, as
+v0.21.0 already does for block FP8 under tensor parallelism.
+
+The contract, checked against whatever vLLM is importable, on a mocked SM90 CUDA platform
+with FlashInfer's MoE kernels mocked as installed and DeepGEMM as absent (no GPU touched):
+- per-tensor FP8 MoE (static or dynamic per-tensor activations), no EP, no user choice:
+  TRITON;
+- an explicit user choice still wins: `moe_backend="flashinfer_cutlass"` (--moe-backend)
+  and VLLM_USE_FLASHINFER_MOE_FP8=1 both give FLASHINFER_CUTLASS;
+- block FP8 keeps v0.21.0's rule: TRITON without EP, FLASHINFER_CUTLASS with EP.
+
+Base v0.21.0 fails the first case for static activations (FLASHINFER_CUTLASS); the patched
+tree passes. The lead's conftest sets CUDA_VISIBLE_DEVICES="" before vLLM is imported. Run:
+    CUDA_VISIBLE_DEVICES="" PYTHONPATH=<vllm tree> \
+        python -m pytest tests/contract/test_fp8_oracle.py
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.contract
+
+torch = pytest.importorskip("torch")
+
+# Availability checks the oracle's kernel classes call, mocked so that the answer does not
+# depend on what the host has installed. Patched in every loaded vllm module that bound the
+# name, so the test keeps working if an upstream release moves a kernel class.
+_AVAILABILITY = {
+    "has_flashinfer_cutlass_fused_moe": True,
+    "has_flashinfer_trtllm_fused_moe": True,
+    "is_deep_gemm_supported": False,
+}
+
+# Environment variables the oracle reads; cleared so that only the test's choice counts.
+_ORACLE_ENV = [
+    "VLLM_USE_FLASHINFER_MOE_FP8",
+    "VLLM_FLASHINFER_MOE_BACKEND",
+    "VLLM_USE_DEEP_GEMM",
+    "VLLM_MOE_USE_DEEP_GEMM",
+    "VLLM_TEST_FORCE_FP8_MARLIN",
+    "VLLM_ROCM_USE_AITER",
+    "VLLM_ROCM_USE_AITER_MOE",
+    "VLLM_BATCH_INVARIANT",
+]
+
+
+@pytest.fixture
+def oracle(monkeypatch):
+    """The FP8 oracle module of the vLLM under test, on a mocked SM90 (9.0) CUDA platform."""
+    from vllm.model_executor.layers.fused_moe.oracle import fp8 as fp8_oracle
+    from vllm.platforms import current_platform
+    from vllm.platforms.interface import DeviceCapability, PlatformEnum
+
+    for name in _ORACLE_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+    cap = DeviceCapability(9, 0)
+
+    def to_int(c):
+        return c[0] * 10 + c[1] if isinstance(c, tuple) else c
+
+    p = current_platform
+    monkeypatch.setattr(p, "_enum", PlatformEnum.CUDA)
+    monkeypatch.setattr(p, "device_name", "cuda")
+    monkeypatch.setattr(p, "device_type", "cuda")
+    monkeypatch.setattr(p, "get_device_capability", lambda device_id=0: cap)
+    monkeypatch.setattr(p, "has_device_capability", lambda c, device_id=0: to_int(c) <= 90)
+    monkeypatch.setattr(p, "is_device_capability", lambda c, device_id=0: to_int(c) == 90)
+    monkeypatch.setattr(
+        p, "is_device_capability_family", lambda c, device_id=0: to_int(c) // 10 == 9
+    )
+    monkeypatch.setattr(p, "supports_fp8", lambda: True)
+    monkeypatch.setattr(p, "support_deep_gemm", lambda: False)
+
+    # Load every kernel class the oracle can return, then mock the availability checks
+    # wherever they were bound.
+    for backend in fp8_oracle.Fp8MoeBackend:
+        # NONE raises ValueError; a backend may need another platform's packages.
+        with contextlib.suppress(ImportError, ValueError):
+            fp8_oracle.backend_to_kernel_cls(backend)
+    for mod_name, mod in list(sys.modules.items()):
+        if not mod_name.startswith("vllm.") or mod is None:
+            continue
+        for fn_name, value in _AVAILABILITY.items():
+            if callable(getattr(mod, fn_name, None)):
+                monkeypatch.setattr(mod, fn_name, lambda value=value: value)
+    return fp8_oracle
+
+
+def _moe_config(ep_size: int = 1, moe_backend: str = "auto"):
+    """A Qwen3-30B-A3B-like FusedMoEConfig (E=128, top-8, hidden 2048, intermediate 768)."""
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.config import (
+        FusedMoEConfig,
+        FusedMoEParallelConfig,
+        RoutingMethodType,
+    )
+
+    parallel = FusedMoEParallelConfig.make_no_parallel()
+    if ep_size > 1:
+        parallel.ep_size = ep_size
+        parallel.use_ep = True
+    return FusedMoEConfig(
+        num_experts=128,
+        experts_per_token=8,
+        hidden_dim=2048,
+        intermediate_size_per_partition=768,
+        num_local_experts=128 // ep_size,
+        num_logical_experts=128,
+        moe_parallel_config=parallel,
+        activation=MoEActivation.SILU,
+        in_dtype=torch.bfloat16,
+        device="cuda",
+        routing_method=RoutingMethodType.Renormalize,
+        max_num_tokens=512,
+        moe_backend=moe_backend,
+    )
+
+
+def _keys(name: str):
+    from vllm.model_executor.layers.quantization.utils import quant_utils as q
+
+    return {
+        "per_tensor_static": (q.kFp8StaticTensorSym, q.kFp8StaticTensorSym),
+        "per_tensor_dynamic": (q.kFp8StaticTensorSym, q.kFp8DynamicTensorSym),
+        "block_128x128": (q.kFp8Static128BlockSym, q.kFp8Dynamic128Sym),
+    }[name]
+
+
+def _select(oracle, config, quant: str) -> str:
+    backend, experts_cls = oracle.select_fp8_moe_backend(
+        config, *_keys(quant), allow_vllm_cutlass=False
+    )
+    assert experts_cls is not None
+    return backend.value
+
+
+@pytest.mark.parametrize("quant", ["per_tensor_static", "per_tensor_dynamic"])
+def test_sm90_per_tensor_fp8_defaults_to_triton(oracle, quant):
+    assert _select(oracle, _moe_config(), quant) == "TRITON"
+
+
+def test_explicit_moe_backend_wins(oracle):
+    config = _moe_config(moe_backend="flashinfer_cutlass")
+    assert _select(oracle, config, "per_tensor_static") == "FLASHINFER_CUTLASS"
+
+
+def test_explicit_flashinfer_env_wins(oracle, monkeypatch):
+    monkeypatch.setenv("VLLM_USE_FLASHINFER_MOE_FP8", "1")
+    assert _select(oracle, _moe_config(), "per_tensor_static") == "FLASHINFER_CUTLASS"
+
+
+@pytest.mark.parametrize(
+    "ep_size,expected",
+    [(1, "TRITON"), (2, "FLASHINFER_CUTLASS")],  # v0.21.0: TRITON for TP, FI CUTLASS for EP
+)
+def test_block_fp8_keeps_v0_21_rule(oracle, ep_size, expected):
+    assert _select(oracle, _moe_config(ep_size=ep_size), "block_128x128") == expected
