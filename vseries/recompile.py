@@ -588,12 +588,14 @@ def rope_launches(
 ) -> list[Launch]:
     """Launches of the DeepSeek-V4 rope kernel for each token count, by its real host code.
 
-    Calls vLLM's ``fused_inv_rope_fp8_quant`` on uninitialised CPU tensors under
+    Calls vLLM's ``fused_inv_rope_fp8_quant`` on uninitialised tensors under
     ``capture_launches``; shapes follow DeepSeek-V4 (head_dim 512 = 448 nope + 64 rope, fp32
-    cos/sin cache, heads // groups = 8 heads per group as in vLLM's own tests).
+    cos/sin cache; the default 16 heads in 2 groups keeps vLLM's 8 heads per group). The
+    tensors live where vLLM registered its custom op: on the GPU where CUDA is present (the
+    op has no CPU kernel there), else on the CPU, where the memory is reserved, not touched.
 
     Args:
-        token_counts: the token counts T (CPU memory is reserved, not touched: T*heads KiB).
+        token_counts: the token counts T (about 2 * T * heads KiB each, held by the result).
         heads, groups: attention heads and output groups of the layer slice.
         tma_aligned_scales: the SM100 INT32 scale layout (False: SM90 FP32 scales).
 
@@ -602,12 +604,13 @@ def rope_launches(
     """
     import torch
 
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     mod = importlib.import_module(ROPE_MODULE)
-    cache = torch.empty(4096, 64, dtype=torch.float32)
+    cache = torch.empty(4096, 64, dtype=torch.float32, device=device)
     with capture_launches(ROPE_MODULE, ROPE_KERNEL) as launches:
         for t in token_counts:
-            o = torch.empty(t, heads, 512, dtype=torch.bfloat16)
-            positions = torch.zeros(t, dtype=torch.int64)
+            o = torch.empty(t, heads, 512, dtype=torch.bfloat16, device=device)
+            positions = torch.zeros(t, dtype=torch.int64, device=device)
             mod.fused_inv_rope_fp8_quant(
                 o, positions, cache, groups, heads // groups, tma_aligned_scales=tma_aligned_scales
             )
@@ -669,9 +672,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """CLI: print the recompile audit of the DeepSeek-V4 and MoE paths.
 
     Static columns come from each kernel's JIT metadata (any host; vLLM must import with the
-    real Triton: set CUDA_VISIBLE_DEVICES="" on a host without a driver). ``--keys`` adds the
-    rope kernel's JIT keys over the sweep, computed on the CPU. With CUDA present, ``--sweep``
-    runs the rope kernel over the sweep and reports compiled variants and compile ms.
+    real Triton: set CUDA_VISIBLE_DEVICES="" on a host without a driver). It audits whichever
+    vllm imports first (printed; ``python -P`` keeps a vllm/ in the current directory out).
+    ``--keys`` adds the rope kernel's JIT keys over the sweep, computed on the CPU. With CUDA
+    present, ``--sweep`` runs the rope kernel over the sweep and reports compiled variants and
+    compile ms.
 
     Returns:
         0, or 1 when a kernel patched by the rope-nospec patch still specialises a
@@ -695,7 +700,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     rows = _audit_rows(args.keys)
-    result: dict[str, Any] = {"audit": rows}
+    vllm = sys.modules.get("vllm")
+    result: dict[str, Any] = {"vllm": getattr(vllm, "__file__", None), "audit": rows}
     if args.sweep:
         import torch
 
@@ -703,6 +709,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, indent=1))
     else:
+        print(f"vllm under audit: {result['vllm']}")
         cols = ["kernel", "token_args", "specialised", "do_not_specialize", "action", "path"]
         width = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
         print("  ".join(c.ljust(width[c]) for c in cols))

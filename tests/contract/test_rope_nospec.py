@@ -19,15 +19,16 @@ The contract:
   the input offsets pass 2**31 elements, runs without an illegal memory access.
 
 Base v0.21.0 fails the CPU checks (4 variants; num_tokens, scale_stride_k specialised), the
-patched tree passes. Run from the workspace root (which must be importable, for ``vseries``):
-    CUDA_VISIBLE_DEVICES="" PYTHONPATH=<vllm tree>:. \
-        python -m pytest -m contract tests/contract/test_rope_nospec.py
+patched tree passes. Run from the workspace root:
+    PYTHONPATH=<vllm tree> python -P -m pytest -m contract tests/contract/test_rope_nospec.py
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 import torch
@@ -36,7 +37,13 @@ pytestmark = pytest.mark.contract
 
 triton = pytest.importorskip("triton")
 
-from vseries import recompile  # noqa: E402  (after the importorskip above)
+# vseries lives at the workspace root. Append it, never prepend: the root also holds the vllm/
+# submodule, which must not shadow the vLLM tree under test (PYTHONPATH; pytest runs with -P).
+_ROOT = str(Path(__file__).resolve().parents[2])
+if _ROOT not in sys.path:
+    sys.path.append(_ROOT)
+
+from vseries import recompile  # noqa: E402
 
 CACHE_UTILS = "vllm.v1.attention.ops.deepseek_v4_ops.cache_utils"
 

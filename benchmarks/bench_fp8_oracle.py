@@ -1,0 +1,460 @@
+"""Benchmark of the fp8-oracle patch: per-tensor FP8 fused MoE, TRITON vs a CUTLASS stand-in.
+
+The patch makes TRITON the default FP8 MoE backend on SM90 for per-tensor FP8 (it was
+FLASHINFER_CUTLASS). FlashInfer's CUTLASS MoE cannot run on the GPU host (its SM90 module is
+JIT-built from 181 CUDA sources and does not fit a hold of the host), so this script times
+vLLM's own CUTLASS FP8 MoE instead, as a STAND-IN: rows with variant "cutlass_standin" are
+`CutlassExpertsFp8`, the experts class of the VLLM_CUTLASS backend of v0.21.0
+(`cutlass_moe_mm` grouped GEMMs), NOT FlashInfer. Rows with variant "triton" are
+`TritonExperts` (`fused_moe_kernel`), what the TRITON backend runs.
+
+Both are built the way the FP8 MoE layer builds them (`make_fp8_moe_quant_config` and
+`make_fp8_moe_kernel` of the oracle): the whole layer after routing (activation quantisation,
+both grouped GEMMs, SiLU-and-mul, intermediate quantisation, top-k weighted reduction), with
+static per-tensor FP8 weights and activations (the case whose default changes), the same
+weights, inputs and routing for both. Shapes: Qwen3-30B-A3B (E=128, top-8, hidden 2048,
+intermediate 768) and Mixtral-8x7B (E=8, top-2, hidden 4096, intermediate 14336); batches
+1..64 tokens timed under CUDA-graph replay, prefill 512/2048/8192 tokens with `do_bench`.
+
+Numerics: per shape, both backends on a fresh random batch of NUMERICS_BATCH tokens against a
+float32 reference of the same quantised layer (dequantised FP8 weights, activations
+quantised and dequantised at the same points with the same static scales). Rows carry
+max_abs_err and max_rel_err (= max |out - ref| / max |ref|) of their backend.
+
+Exit status: 0; 1 when a backend failed (its rows carry "error") or a numerics check is out
+of tolerance (the JSON is written either way); 2 without CUDA. A backend that fails at one
+batch is not retried at the larger ones.
+
+Run from inside a staged tree (one invocation emits rows for both backends; --variant labels
+the tree), about 1.5-2.5 minutes on an H200, most of it Triton compiles on a cold cache:
+
+    cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched \\
+        python3 <workspace>/benchmarks/bench_fp8_oracle.py --variant patched --out fp8_oracle.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+
+import torch
+
+GRAPH_MAX_M = 64  # decode sizes: timed under CUDA-graph replay (vLLM captures these)
+DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+PREFILL_BATCHES = (512, 2048, 8192)
+NUMERICS_BATCH = 4
+CALIBRATION_BATCH = 256  # tokens used to set the static activation scales
+SEED = 0
+
+# Tolerance on max_rel_err (max |out - ref| / max |ref|) against the float32 reference of the
+# quantised layer. Both kernels round the first GEMM's output and the SiLU-and-mul result to
+# bf16 before the static FP8 quantisation of the intermediate; a bf16 rounding that crosses an
+# FP8 rounding boundary moves that element by one FP8 step (up to 2^-3 relative), and the
+# output is bf16. A CPU emulation of exactly these rounding points on these shapes gave
+# 1.6-1.7e-2; 5e-2 leaves 3x headroom, while a wrong scale, layout or expert mapping gives
+# errors of order 1.
+MAX_REL_ERR_TOL = 5e-2
+
+FP8 = torch.float8_e4m3fn
+
+
+@dataclass(frozen=True)
+class Shape:
+    """An MoE layer shape: E experts, top-k routing, hidden size K, intermediate size N."""
+
+    name: str
+    num_experts: int
+    topk: int
+    hidden: int
+    intermediate: int
+
+
+SHAPES = {
+    "qwen3-30b-a3b": Shape("Qwen3-30B-A3B", 128, 8, 2048, 768),
+    "mixtral-8x7b": Shape("Mixtral-8x7B", 8, 2, 4096, 14336),
+}
+
+VARIANTS = ("triton", "cutlass_standin")
+
+
+def read_bandwidth_gbps() -> float:
+    """Read bandwidth in GB/s: a torch sum over 2 GiB (reads every byte once), median."""
+    import triton
+
+    x = torch.empty(2 * 1024**3, dtype=torch.uint8, device="cuda").view(torch.float32).normal_()
+    ms = triton.testing.do_bench(lambda: x.sum(), warmup=50, rep=300, return_mode="median")
+    return 2 * 1024**3 / (ms * 1e-3) / 1e9
+
+
+def qdq(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Static per-tensor FP8 (e4m3) quantise-dequantise in float32, saturating at +-448.
+
+    t: any shape, float32; scale: 1-element float32. Returns float32 of t's shape.
+    """
+    fmax = torch.finfo(FP8).max
+    return (t / scale).clamp(-fmax, fmax).to(FP8).to(torch.float32) * scale
+
+
+@dataclass
+class Layer:
+    """Per-tensor FP8 MoE weights (vLLM layout) and static activation scales.
+
+    w1: [E, 2N, K] float8_e4m3fn (gate rows then up rows), w1_scale: [E] float32;
+    w2: [E, K, N] float8_e4m3fn, w2_scale: [E] float32; a1_scale, a2_scale: [1] float32.
+    """
+
+    shape: Shape
+    w1: torch.Tensor
+    w2: torch.Tensor
+    w1_scale: torch.Tensor
+    w2_scale: torch.Tensor
+    a1_scale: torch.Tensor | None = None
+    a2_scale: torch.Tensor | None = None
+
+
+def quantize_per_expert(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[E, R, C] bf16 -> ([E, R, C] float8_e4m3fn, [E] float32 per-tensor scales)."""
+    fmax = torch.finfo(FP8).max
+    q = torch.empty(w.shape, dtype=FP8, device=w.device)
+    s = torch.empty(w.shape[0], dtype=torch.float32, device=w.device)
+    for e in range(w.shape[0]):  # one expert at a time: bounded float32 temporaries
+        we = w[e].float()
+        s[e] = we.abs().max() / fmax
+        q[e] = (we / s[e]).clamp(-fmax, fmax).to(FP8)
+    return q, s
+
+
+def make_layer(shape: Shape, gen: torch.Generator, device: str = "cuda") -> Layer:
+    """Random bf16 weights with unit-variance outputs, quantised to per-tensor FP8."""
+    e, k, n = shape.num_experts, shape.hidden, shape.intermediate
+    w1 = torch.randn((e, 2 * n, k), generator=gen, device=device, dtype=torch.bfloat16)
+    w1 /= math.sqrt(k)
+    w1_q, w1_s = quantize_per_expert(w1)
+    del w1
+    w2 = torch.randn((e, k, n), generator=gen, device=device, dtype=torch.bfloat16)
+    w2 /= math.sqrt(n)
+    w2_q, w2_s = quantize_per_expert(w2)
+    del w2
+    return Layer(shape, w1_q, w2_q, w1_s, w2_s)
+
+
+def route(x: torch.Tensor, shape: Shape, gen: torch.Generator):
+    """Softmax top-k routing with renormalisation (as Qwen3 and Mixtral route), from random
+    router logits; the same semantics as vLLM's fused_topk(renormalize=True).
+
+    x: [M, K] bf16. Returns topk_weights [M, topk] float32, topk_ids [M, topk] int32.
+    """
+    logits = torch.randn(
+        (x.shape[0], shape.num_experts), generator=gen, device=x.device, dtype=torch.float32
+    )
+    topk_weights, topk_ids = logits.softmax(dim=-1).topk(shape.topk, dim=-1)
+    topk_weights = topk_weights / topk_weights.sum(dim=-1, keepdim=True)
+    return topk_weights.contiguous(), topk_ids.to(torch.int32).contiguous()
+
+
+def reference(
+    layer: Layer,
+    x: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    a1_scale: torch.Tensor | None,
+    a2_scale: torch.Tensor | None,
+) -> tuple[torch.Tensor, float]:
+    """Float32 reference of the per-tensor FP8 MoE layer.
+
+    x: [M, K] bf16; topk_weights [M, topk] float32; topk_ids [M, topk] int. With a1_scale and
+    a2_scale ([1] float32) the activations are quantised and dequantised as the kernels do;
+    with None they are left in float32. Returns the [M, K] float32 output and the largest
+    |SiLU-and-mul output| (to calibrate a2_scale).
+    """
+    n = layer.shape.intermediate
+    xf = x.float()
+    if a1_scale is not None:
+        xf = qdq(xf, a1_scale)
+    out = torch.zeros_like(xf)
+    act_max = 0.0
+    for e in topk_ids.unique().tolist():
+        rows, slots = (topk_ids == e).nonzero(as_tuple=True)
+        h = xf[rows] @ (layer.w1[e].float() * layer.w1_scale[e]).t()
+        act = torch.nn.functional.silu(h[:, :n]) * h[:, n:]
+        act_max = max(act_max, act.abs().max().item())
+        if a2_scale is not None:
+            act = qdq(act, a2_scale)
+        y = act @ (layer.w2[e].float() * layer.w2_scale[e]).t()
+        out.index_add_(0, rows, y * topk_weights[rows, slots].unsqueeze(1))
+    return out, act_max
+
+
+def calibrate(layer: Layer, gen: torch.Generator) -> None:
+    """Set the static activation scales (max |value| / 448) from a calibration batch."""
+    fmax = torch.finfo(FP8).max
+    device = layer.w1.device
+    x = torch.randn(
+        (CALIBRATION_BATCH, layer.shape.hidden), generator=gen, device=device, dtype=torch.bfloat16
+    )
+    topk_weights, topk_ids = route(x, layer.shape, gen)
+    a1 = x.float().abs().max() / fmax
+    _, act_max = reference(layer, x, topk_weights, topk_ids, a1.reshape(1), None)
+    layer.a1_scale = a1.reshape(1).to(torch.float32)
+    layer.a2_scale = torch.tensor([act_max / fmax], dtype=torch.float32, device=device)
+
+
+def make_kernel(layer: Layer, variant: str):
+    """The FusedMoEKernel the FP8 MoE layer builds for `variant`, via the oracle's helpers.
+
+    Raises whatever vLLM raises when the backend cannot run here (e.g. no CUTLASS grouped GEMM
+    support on this device).
+    """
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.config import (
+        FusedMoEConfig,
+        FusedMoEParallelConfig,
+        RoutingMethodType,
+    )
+    from vllm.model_executor.layers.fused_moe.oracle.fp8 import (
+        Fp8MoeBackend,
+        make_fp8_moe_kernel,
+        make_fp8_moe_quant_config,
+    )
+
+    s = layer.shape
+    if variant == "triton":
+        from vllm.model_executor.layers.fused_moe.experts.triton_moe import TritonExperts
+
+        backend, experts_cls = Fp8MoeBackend.TRITON, TritonExperts
+    else:
+        from vllm import _custom_ops as ops
+        from vllm.model_executor.layers.fused_moe.experts.cutlass_moe import CutlassExpertsFp8
+
+        cap = torch.cuda.get_device_capability()
+        if not ops.cutlass_group_gemm_supported(cap[0] * 10 + cap[1]):
+            raise RuntimeError(f"CUTLASS grouped GEMM not supported on sm_{cap[0]}{cap[1]}")
+        backend, experts_cls = Fp8MoeBackend.VLLM_CUTLASS, CutlassExpertsFp8
+
+    moe_config = FusedMoEConfig(
+        num_experts=s.num_experts,
+        experts_per_token=s.topk,
+        hidden_dim=s.hidden,
+        intermediate_size_per_partition=s.intermediate,
+        num_local_experts=s.num_experts,
+        num_logical_experts=s.num_experts,
+        moe_parallel_config=FusedMoEParallelConfig.make_no_parallel(),
+        activation=MoEActivation.SILU,
+        in_dtype=torch.bfloat16,
+        device="cuda",
+        routing_method=RoutingMethodType.Renormalize,
+        max_num_tokens=max(PREFILL_BATCHES),
+    )
+    quant_config = make_fp8_moe_quant_config(
+        backend, layer.w1_scale, layer.w2_scale, layer.a1_scale, layer.a2_scale
+    )
+    kernel = make_fp8_moe_kernel(quant_config, moe_config, experts_cls, backend)
+
+    def run(x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor):
+        return kernel.apply(
+            hidden_states=x,
+            w1=layer.w1,
+            w2=layer.w2,
+            topk_weights=topk_weights,
+            topk_ids=topk_ids,
+            activation=MoEActivation.SILU,
+            global_num_experts=s.num_experts,
+            expert_map=None,
+            apply_router_weight_on_input=False,
+        )
+
+    return run, type(kernel.fused_experts).__name__
+
+
+def moved_bytes(shape: Shape, m: int, topk_ids: torch.Tensor) -> int:
+    """Bytes that must move: each distinct expert's FP8 weights once (w1 2N*K + w2 K*N, 1 byte
+    each, plus its two float32 scales), bf16 input and output [M, K]."""
+    experts = topk_ids.unique().numel()
+    per_expert = 3 * shape.intermediate * shape.hidden + 8
+    return experts * per_expert + 2 * 2 * m * shape.hidden
+
+
+def time_us(fn, m: int) -> tuple[float, str]:
+    """Median time of fn() in us: CUDA-graph replay for m <= GRAPH_MAX_M, else do_bench."""
+    import triton
+
+    if m <= GRAPH_MAX_M:
+        ms = triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median")
+        return ms * 1e3, "cudagraph"
+    rep = 50 if m >= 8192 else 100
+    ms = triton.testing.do_bench(fn, warmup=25, rep=rep, return_mode="median")
+    return ms * 1e3, "do_bench"
+
+
+def check_numerics(layer: Layer, kernels: dict, gen: torch.Generator) -> dict:
+    """Each backend vs the float32 reference on a fresh random batch of NUMERICS_BATCH tokens."""
+    s = layer.shape
+    x = torch.randn(
+        (NUMERICS_BATCH, s.hidden), generator=gen, device=layer.w1.device, dtype=torch.bfloat16
+    )
+    topk_weights, topk_ids = route(x, s, gen)
+    ref, _ = reference(layer, x, topk_weights, topk_ids, layer.a1_scale, layer.a2_scale)
+    ref_max = ref.abs().max().item()
+    result = {}
+    for variant, (run, _) in kernels.items():
+        try:
+            out = run(x, topk_weights, topk_ids).float()
+            torch.cuda.synchronize()
+            abs_err = (out - ref).abs().max().item()
+            rel_err = abs_err / ref_max
+            result[variant] = {
+                "max_abs_err": abs_err,
+                "max_rel_err": rel_err,
+                "numerics_ok": bool(rel_err <= MAX_REL_ERR_TOL),
+            }
+        except Exception as e:  # recorded, not fatal: the other backend still runs
+            result[variant] = {"numerics_error": f"{type(e).__name__}: {e}"}
+    return result
+
+
+def bench_shape(shape: Shape, batches: list[int], tree: str, log) -> list[dict]:
+    """All rows of one shape: both variants at every batch, with their numerics fields."""
+    gen = torch.Generator(device="cuda").manual_seed(SEED)
+    layer = make_layer(shape, gen)
+    calibrate(layer, gen)
+
+    kernels, build_errors = {}, {}
+    for variant in VARIANTS:
+        try:
+            kernels[variant] = make_kernel(layer, variant)
+        except Exception as e:
+            build_errors[variant] = f"{type(e).__name__}: {e}"
+            log(f"  {variant}: cannot build: {build_errors[variant]}")
+
+    numerics = check_numerics(layer, kernels, torch.Generator(device="cuda").manual_seed(SEED + 1))
+    for variant, fields in numerics.items():
+        log(f"  numerics {variant}: {fields}")
+
+    rows = []
+    failed = dict(build_errors)
+    for m in batches:
+        # Same inputs and routing for both variants at this batch.
+        bgen = torch.Generator(device="cuda").manual_seed(SEED + 1000 + m)
+        x = torch.randn((m, shape.hidden), generator=bgen, device="cuda", dtype=torch.bfloat16)
+        topk_weights, topk_ids = route(x, shape, bgen)
+        nbytes = moved_bytes(shape, m, topk_ids)
+        flops = 2 * m * shape.topk * 3 * shape.intermediate * shape.hidden
+        for variant in VARIANTS:
+            row = {
+                "case": shape.name,
+                "dtype": "fp8_w8a8 per-tensor static",
+                "batch": m,
+                "variant": variant,
+                "tree": tree,
+                "E": shape.num_experts,
+                "topk": shape.topk,
+                "hidden": shape.hidden,
+                "intermediate": shape.intermediate,
+                "bytes": nbytes,
+                "distinct_experts": int(topk_ids.unique().numel()),
+                "numerics_batch": NUMERICS_BATCH,
+                "numerics_tol": MAX_REL_ERR_TOL,
+                **numerics.get(variant, {}),
+            }
+            if variant in failed:
+                row.update(us=None, roofline_pct=None, error=failed[variant])
+                rows.append(row)
+                continue
+            run, experts_cls = kernels[variant]
+            row["experts_cls"] = experts_cls
+            try:
+                call = functools.partial(run, x, topk_weights, topk_ids)
+                call()  # compiles Triton, sizes the workspace
+                torch.cuda.synchronize()
+                us, method = time_us(call, m)
+                row.update(us=us, timing=method, tflops=flops / (us * 1e-6) / 1e12)
+            except Exception as e:
+                failed[variant] = f"{type(e).__name__}: {e}"
+                traceback.print_exc()
+                row.update(us=None, roofline_pct=None, error=failed[variant])
+            rows.append(row)
+            log(f"  M={m:5d} {variant:16s} {row.get('us') or float('nan'):10.1f} us")
+    del layer, kernels
+    torch.cuda.empty_cache()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="JSON file to write")
+    p.add_argument("--variant", default="patched", help="label of the tree (base / patched)")
+    p.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=list(SHAPES))
+    p.add_argument(
+        "--batches",
+        type=int,
+        nargs="+",
+        default=list(DECODE_BATCHES + PREFILL_BATCHES),
+        help="token counts (default: 1..64 graphed, 512 2048 8192 prefill)",
+    )
+    args = p.parse_args(argv)
+    t0 = time.monotonic()
+
+    def log(msg: str) -> None:
+        print(f"[{time.monotonic() - t0:6.1f}s] {msg}", flush=True)
+
+    result = {
+        "bench": "fp8-oracle",
+        "variant": args.variant,
+        "command": " ".join(sys.argv),
+        "standin": (
+            "cutlass_standin = vLLM's own CUTLASS FP8 MoE (CutlassExpertsFp8, backend "
+            "VLLM_CUTLASS of v0.21.0), standing in for FLASHINFER_CUTLASS, which cannot "
+            "run on the GPU host"
+        ),
+        "numerics_tol": MAX_REL_ERR_TOL,
+        "rows": [],
+    }
+    if not torch.cuda.is_available():
+        result["error"] = "CUDA is not available: this benchmark needs an NVIDIA GPU"
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+        print(result["error"], file=sys.stderr)
+        return 2
+
+    import triton
+    import vllm
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.v1.worker.workspace import init_workspace_manager
+
+    result.update(
+        device=torch.cuda.get_device_name(),
+        torch=torch.__version__,
+        triton=triton.__version__,
+        vllm_file=vllm.__file__,
+    )
+    result["read_bw_GBps"] = read_bw = read_bandwidth_gbps()
+    log(f"read bandwidth {read_bw:.0f} GB/s on {result['device']}")
+
+    init_workspace_manager(torch.device("cuda:0"))
+    with set_current_vllm_config(VllmConfig()):
+        for key in args.shapes:
+            log(f"shape {SHAPES[key]}")
+            rows = bench_shape(SHAPES[key], args.batches, args.variant, log)
+            for row in rows:
+                if row.get("us"):
+                    row["roofline_pct"] = 100 * row["bytes"] / (row["us"] * 1e-6) / (read_bw * 1e9)
+            result["rows"] += rows
+            with open(args.out, "w") as f:  # partial results survive a later failure
+                json.dump(result, f, indent=1)
+
+    result["wall_s"] = time.monotonic() - t0
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    log(f"wrote {args.out}")
+    bad = [r for r in result["rows"] if r.get("error") or r.get("numerics_ok") is False]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,339 @@
+#!/usr/bin/env python3
+"""H200 benchmark of the swap-AB patch: vLLM's whole Triton fused MoE layer, base vs patched.
+
+Times `fused_experts` (activation quantisation, alignment, both fused_moe_kernel GEMMs, the
+activation and the top-k reduction; routing excluded: top-k ids and weights are precomputed) for
+three model shapes, two dtypes and batch sizes 1..4096, once per staged tree:
+
+    cd /root/vllm-base && PYTHONPATH=/root/site:/root/vllm-base \\
+        python3 bench_swap_ab.py --variant base --out $OUT/swap_ab_base.json
+    cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched \\
+        python3 bench_swap_ab.py --variant patched --out $OUT/swap_ab_patched.json
+
+Method (from the workspace's design notes): batches <= 64 (decode) are timed under CUDA-graph
+replay (`triton.testing.do_bench_cudagraph`), larger ones with `triton.testing.do_bench`; medians
+in us. Each decode call cycles through `--routing-sets` precomputed routings with different
+experts, as consecutive MoE layers of a model would, so that small batches do not find their
+experts' weights in the 60 MB L2 from the previous call. The ceiling is HBM read bandwidth,
+measured here as a torch sum over 2 GiB (median of do_bench); bytes that must move = distinct
+experts touched (mean over the routing sets) * their w13 + w2 bytes + bf16 activations in and
+out. Every variant gets the same seeds, so the same weights and routings.
+
+Each row records the config vLLM picked (`try_get_optimal_moe_config`) and, on a tree that has
+`get_fused_moe_swap_ab_config` (the patched one), whether the decode GEMMs run swapped and with
+which tile. `--part gemm` instead times the two fused_moe_kernel launches alone at decode sizes,
+unswapped and swapped and with a few swapped tiles (patched tree only), to tune the swap.
+
+Writes the workspace's benchmark JSON (see the common brief): {"bench": "swap-ab", ...,
+"rows": [...]}. Whole run: about 2 minutes per tree on an H200 (--part layer); --part gemm about
+2 minutes on the patched tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+import time
+
+import torch
+
+# name: (experts E, top-k, hidden H, intermediate I); Qwen3-30B-A3B, a DeepSeek-V3 expert slice
+# under tensor parallelism 8 (intermediate 2048 / 8), Mixtral-8x7B.
+SHAPES = {
+    "qwen3-30b-a3b": (128, 8, 2048, 768),
+    "dsv3-tp8": (256, 8, 7168, 256),
+    "mixtral-8x7b": (8, 2, 4096, 14336),
+}
+BATCHES = [1, 2, 4, 8, 16, 32, 64, 256, 1024, 4096]
+DECODE_MAX = 64  # batches up to this are timed under CUDA-graph replay
+DTYPES = ["fp8_w8a8_per_tensor", "bf16"]
+GEMM_BATCHES = [1, 16, 64]
+# Swapped tiles tried besides the launcher's own choice (--part gemm): (BLOCK_SIZE_N, num_stages).
+GEMM_SWAP_TILES = [(64, 5), (128, 4)]
+FP8 = torch.float8_e4m3fn
+
+
+def read_bandwidth_gbps() -> float:
+    """HBM read bandwidth in GB/s: a torch sum over 2 GiB, median of do_bench."""
+    import triton
+
+    x = torch.empty(2 * 1024**3, dtype=torch.uint8, device="cuda").view(torch.float32)
+    x.normal_()
+    ms = triton.testing.do_bench(x.sum, warmup=50, rep=300, return_mode="median")
+    bw = x.numel() * 4 / (ms * 1e-3) / 1e9
+    del x
+    torch.cuda.empty_cache()
+    return bw
+
+
+def make_weights(e: int, h: int, i: int, dtype: str, seed: int):
+    """w13 [E, 2I, H] and w2 [E, H, I], bf16 or FP8 (values randn/16, per-tensor scale 1)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    w1 = torch.randn(e, 2 * i, h, device="cuda", dtype=torch.bfloat16, generator=g) / 16
+    w2 = torch.randn(e, h, i, device="cuda", dtype=torch.bfloat16, generator=g) / 16
+    if dtype == "bf16":
+        return w1, w2
+    return w1.to(FP8), w2.to(FP8)
+
+
+def quant_config_for(dtype: str, e: int):
+    from vllm.model_executor.layers.fused_moe.config import (
+        FUSED_MOE_UNQUANTIZED_CONFIG,
+        fp8_w8a8_moe_quant_config,
+    )
+
+    if dtype == "bf16":
+        return FUSED_MOE_UNQUANTIZED_CONFIG
+    ones = torch.ones(e, device="cuda", dtype=torch.float32)
+    # Static per-tensor activation scales, as in the design notes' baseline.
+    return fp8_w8a8_moe_quant_config(
+        w1_scale=ones, w2_scale=ones, a1_scale=ones[:1], a2_scale=ones[:1]
+    )
+
+
+def routings(m: int, e: int, topk: int, n_sets: int, seed: int):
+    """n_sets (topk_weights fp32 [m, topk], topk_ids int32 [m, topk]) from random logits."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    out = []
+    for _ in range(n_sets):
+        logits = torch.randn(m, e, device="cuda", generator=g)
+        w, ids = torch.topk(torch.softmax(logits, dim=-1), topk)
+        out.append((w.contiguous(), ids.to(torch.int32).contiguous()))
+    return out
+
+
+def swap_choice(fm, config: dict, a_dtype: torch.dtype, b_dtype: torch.dtype):
+    """(swap_ab, tile) the patched launcher picks for config; (None, None) on a base tree."""
+    decide = getattr(fm, "get_fused_moe_swap_ab_config", None)
+    if decide is None:
+        return None, None
+    swap = decide(dict(config), a_dtype, b_dtype, device_id=torch.cuda.current_device())
+    if swap is None:
+        return False, None
+    keys = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "num_warps", "num_stages")
+    return True, {k: swap[k] for k in keys}
+
+
+def cycling(call, inputs: list):
+    """A no-argument function that calls call(*inputs[j]) with j = 0, 1, 2, ... cyclically.
+
+    Under graph capture each captured call keeps its own inputs, so a replay cycles too.
+    """
+    state = {"k": 0}
+
+    def fn():
+        args = inputs[state["k"] % len(inputs)]
+        state["k"] += 1
+        return call(*args)
+
+    return fn
+
+
+def time_us(fn, batch: int, rep_graph: int = 50) -> tuple[float, str]:
+    """Median time of fn in us, and the method used (graph replay or eager)."""
+    import triton
+
+    if batch <= DECODE_MAX:
+        us = 1e3 * triton.testing.do_bench_cudagraph(fn, rep=rep_graph, return_mode="median")
+        return us, "graph"
+    rep = 100 if batch <= 256 else 50
+    return 1e3 * triton.testing.do_bench(fn, warmup=10, rep=rep, return_mode="median"), "eager"
+
+
+def bench_layer(args, read_bw: float) -> list[dict]:
+    """Whole fused_experts call per shape, dtype and batch."""
+    from vllm.model_executor.layers.fused_moe import fused_moe as fm
+
+    rows = []
+    for s_idx, (name, (e, topk, h, i)) in enumerate(SHAPES.items()):
+        for dtype in DTYPES:
+            w1, w2 = make_weights(e, h, i, dtype, seed=1000 + s_idx)
+            qc = quant_config_for(dtype, e)
+            elem = 1 if dtype != "bf16" else 2
+            for batch in args.batches:
+                row = dict(case=name, dtype=dtype, batch=batch, variant=args.variant)
+                try:
+                    g = torch.Generator(device="cuda").manual_seed(batch)
+                    x = torch.randn(batch, h, device="cuda", dtype=torch.bfloat16, generator=g)
+                    n_sets = args.routing_sets if batch <= DECODE_MAX else 1
+                    sets = routings(batch, e, topk, n_sets, seed=7 * batch + s_idx)
+                    distinct = sum(torch.unique(ids).numel() for _, ids in sets) / n_sets
+                    fn = cycling(
+                        functools.partial(fm.fused_experts, x, w1, w2, quant_config=qc), sets
+                    )
+
+                    t0 = time.time()
+                    fn()  # compile outside the timing
+                    torch.cuda.synchronize()
+                    compile_s = time.time() - t0
+                    us, method = time_us(fn, batch)
+                    nbytes = distinct * 3 * i * h * elem + batch * h * 2 * 2
+                    config = fm.try_get_optimal_moe_config(
+                        w1.size(), w2.size(), topk, "fp8_w8a8" if dtype != "bf16" else None, batch
+                    )
+                    a_dtype = FP8 if dtype != "bf16" else torch.bfloat16
+                    swap, tile = swap_choice(fm, config, a_dtype, w1.dtype)
+                    row.update(
+                        us=round(us, 2),
+                        bytes=int(nbytes),
+                        roofline_pct=round(100 * nbytes / (us * 1e-6) / (read_bw * 1e9), 1),
+                        timing=method,
+                        routing_sets=n_sets,
+                        distinct_experts=distinct,
+                        config={k: v for k, v in config.items() if k != "SPLIT_K"},
+                        swap_ab=swap,
+                        swap_config=tile,
+                        first_call_s=round(compile_s, 2),
+                    )
+                except Exception as exc:  # keep the other rows of a one-shot GPU run
+                    row["error"] = f"{type(exc).__name__}: {exc}"[:500]
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+            del w1, w2
+            torch.cuda.empty_cache()
+    return rows
+
+
+def bench_gemm(args, read_bw: float) -> list[dict]:
+    """The two fused_moe_kernel launches of the layer alone, at decode sizes, per tile choice."""
+    from vllm.model_executor.layers.fused_moe import fused_moe as fm
+    from vllm.triton_utils import tl
+
+    patched = hasattr(fm, "get_fused_moe_swap_ab_config")
+    rows = []
+    for s_idx, (name, (e, topk, h, i)) in enumerate(SHAPES.items()):
+        for dtype in DTYPES:
+            w1, w2 = make_weights(e, h, i, dtype, seed=1000 + s_idx)
+            fp8 = dtype != "bf16"
+            elem = 1 if fp8 else 2
+            for batch in GEMM_BATCHES:
+                config = fm.try_get_optimal_moe_config(
+                    w1.size(), w2.size(), topk, "fp8_w8a8" if fp8 else None, batch
+                )
+                variants = {"unswapped": (config, False)}
+                if patched:
+                    variants["swapped"] = (config, True)
+                    for bn, st in GEMM_SWAP_TILES:
+                        cfg = dict(config, BLOCK_SIZE_N=bn, num_stages=st, num_warps=4)
+                        variants[f"swapped_n{bn}_s{st}"] = (cfg, True)
+                sets = routings(batch, e, topk, args.routing_sets, seed=7 * batch + s_idx)
+                g = torch.Generator(device="cuda").manual_seed(batch)
+                x = torch.randn(batch, h, device="cuda", generator=g)
+                x_in = x.to(FP8) if fp8 else x.to(torch.bfloat16)
+                a2 = torch.randn(batch * topk, i, device="cuda", generator=g)
+                a2 = a2.to(FP8) if fp8 else a2.to(torch.bfloat16)
+                one = torch.ones(1, device="cuda")
+                scales1 = (one, torch.ones(e, device="cuda")) if fp8 else (None, None)
+                c1 = torch.empty(batch, topk, 2 * i, device="cuda", dtype=torch.bfloat16)
+                c2 = torch.empty(batch, topk, h, device="cuda", dtype=torch.bfloat16)
+                for vname, (cfg, swap) in variants.items():
+                    # the expert assignment fused_experts makes (naive for very sparse routing)
+                    # (topk_weights, sorted_token_ids, expert_ids, num_tokens_post_padded) per
+                    # routing, as fused_experts assigns them (naive for very sparse routing)
+                    launches = [
+                        (tw, *fm._prepare_expert_assignment(ti, cfg, batch, topk, e, None))
+                        for tw, ti in sets
+                    ]
+                    for gemm in ("w13", "w2"):
+                        row = dict(
+                            case=f"{name}:{gemm}",
+                            dtype=dtype,
+                            batch=batch,
+                            variant=args.variant,
+                            kernel_variant=vname,
+                        )
+                        try:
+                            first = gemm == "w13"
+                            launch = functools.partial(
+                                fm.invoke_fused_moe_triton_kernel,
+                                x_in if first else a2,
+                                w1 if first else w2,
+                                c1 if first else c2,
+                                *scales1,
+                                mul_routed_weight=not first,
+                                top_k=topk if first else 1,
+                                config=cfg,
+                                compute_type=tl.bfloat16,
+                                use_fp8_w8a8=fp8,
+                                use_int8_w8a8=False,
+                                use_int8_w8a16=False,
+                                use_int4_w4a16=False,
+                                per_channel_quant=False,
+                                **({"swap_ab": swap} if patched else {}),
+                            )
+                            fn = cycling(launch, launches)
+                            fn()
+                            torch.cuda.synchronize()
+                            us, method = time_us(fn, batch, rep_graph=30)
+                            distinct = sum(torch.unique(ti).numel() for _, ti in sets) / len(sets)
+                            n, k = (2 * i, h) if gemm == "w13" else (h, i)
+                            a_rows = batch if gemm == "w13" else batch * topk
+                            nbytes = distinct * n * k * elem + a_rows * k * elem
+                            nbytes += batch * topk * n * 2  # bf16 output
+                            row.update(
+                                us=round(us, 2),
+                                bytes=int(nbytes),
+                                roofline_pct=round(100 * nbytes / (us * 1e-6) / (read_bw * 1e9), 1),
+                                timing=method,
+                                routing_sets=len(sets),
+                                config={k: v for k, v in cfg.items() if k != "SPLIT_K"},
+                                swap_ab=swap if patched else None,
+                            )
+                            if swap:  # the tile the launcher derives from cfg
+                                tile = fm._fused_moe_swap_ab_tile_config(cfg, x_in.dtype, w1.dtype)
+                                keys = ("BLOCK_SIZE_N", "num_warps", "num_stages")
+                                row["swap_config"] = {k: tile[k] for k in keys}
+                        except Exception as exc:
+                            row["error"] = f"{type(exc).__name__}: {exc}"[:500]
+                        rows.append(row)
+                        print(json.dumps(row), flush=True)
+            del w1, w2
+            torch.cuda.empty_cache()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--variant", required=True, help="base or patched (recorded)")
+    parser.add_argument("--out", required=True, help="JSON file to write")
+    parser.add_argument("--part", choices=["layer", "gemm"], default="layer")
+    parser.add_argument("--batches", type=int, nargs="+", default=BATCHES)
+    parser.add_argument("--routing-sets", type=int, default=4)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_swap_ab: needs a CUDA GPU", file=sys.stderr)
+        return 2
+
+    import triton
+
+    import vllm
+
+    t0 = time.time()
+    read_bw = read_bandwidth_gbps()
+    print(f"read bandwidth {read_bw:.0f} GB/s", flush=True)
+    rows = bench_layer(args, read_bw) if args.part == "layer" else bench_gemm(args, read_bw)
+    result = {
+        "bench": "swap-ab" if args.part == "layer" else "swap-ab-gemm",
+        "variant": args.variant,
+        "command": " ".join(sys.argv),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "vllm_file": vllm.__file__,
+        "read_bw_GBps": round(read_bw, 1),
+        "wall_s": round(time.time() - t0, 1),
+        "rows": rows,
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    errors = sum("error" in r for r in rows)
+    print(f"wrote {args.out}: {len(rows)} rows, {errors} errors, {result['wall_s']} s")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

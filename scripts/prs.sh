@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# One checked upstream PR branch per carried patch, its title/body/commands in out/prs/NNNN/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/_venv.sh
+exec python -m vseries prs "$@"

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Rebase the series onto a newer upstream release: rebase.sh <tag> | --continue | --skip | --abort
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/_venv.sh
+exec python -m vseries rebase "$@"

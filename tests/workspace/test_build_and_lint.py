@@ -1,0 +1,44 @@
+"""build refuses the precompiled path for a series that changes csrc/; the series lint."""
+
+import pytest
+from conftest import make_patch
+
+from vseries import build, lint_series, series
+from vseries.errors import SeriesError
+
+
+def test_series_touching_csrc_is_refused_with_the_source_recipe(tiny, monkeypatch):
+    vdir = tiny / "vllm"
+
+    def edit(r):
+        (r / "csrc").mkdir()
+        (r / "csrc" / "k.cu").write_text("// kernel\n")
+
+    p = make_patch(vdir, tiny / "patches", edit, "[Kernel] cuda")
+    (tiny / "patches" / "series").write_text(p.name + "\n")
+    assert build.compiled_paths(series.load()) == [f"{p.name}: csrc/k.cu"]
+    monkeypatch.setattr(build.fetch, "fetch", lambda *a: pytest.fail("must not download"))
+    with pytest.raises(SeriesError, match="changes compiled code") as e:
+        build.build()
+    assert 'TORCH_CUDA_ARCH_LIST=9.0a' in str(e.value)
+
+
+def test_python_only_series_is_not_compiled(tiny):
+    p = make_patch(tiny / "vllm", tiny / "patches", lambda r: (r / "b.py").write_text("x=2\n"),
+                   "[P] b")
+    (tiny / "patches" / "series").write_text(p.name + "\n")
+    assert build.compiled_paths(series.load()) == []
+
+
+def test_lint_flags_missing_signoff_and_contract(tiny):
+    vdir = tiny / "vllm"
+    p = make_patch(vdir, tiny / "patches", lambda r: (r / "b.py").write_text("x=2\n"), "[P] b")
+    p.write_text(p.read_text().replace("Signed-off-by: t <t@t>\n", ""))
+    (tiny / "patches" / "series").write_text(p.name + "\n")
+    found = lint_series.problems()
+    assert any("no Signed-off-by" in f for f in found)
+    assert any("no contract=" in f for f in found)
+    (tiny / "tests").mkdir()
+    (tiny / "tests" / "c.py").write_text("")
+    (tiny / "patches" / "series").write_text(p.name + " contract=tests/c.py\n")
+    assert [f for f in lint_series.problems() if "contract" in f] == []

@@ -1,0 +1,437 @@
+"""prs: one checked upstream PR branch per patch, its title/body/commands; push; record.
+
+Golden files (tests/workspace/golden/<patch stem>.{title.txt,body.md,checks.json}) pair each
+REAL patch of patches/series with its PR title and body. They are never rewritten by a plain
+run; regenerate them on purpose with
+
+    VSERIES_UPDATE_GOLDEN=1 python -m pytest -m slow tests/workspace/test_prs.py -k golden
+
+which runs the real tool (branches, vLLM's pre-commit hooks, the patch's tests) on a copy of
+the workspace and writes what it produced.
+"""
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, git, make_patch
+
+from vseries import apply, prbody, prs, refresh, series
+from vseries import git as vgit
+from vseries import pin as pinmod
+from vseries.errors import SeriesError
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("VSERIES_UPDATE_GOLDEN") == "1"
+URL = "https://github.com/vllm-project/vllm/pull/40001"
+
+
+def new_base(root: Path, files: dict[str, str]) -> str:
+    """Commit files on the tiny upstream and make that commit the pin."""
+    vdir = root / "vllm"
+    for name, text in files.items():
+        (vdir / name).parent.mkdir(parents=True, exist_ok=True)
+        (vdir / name).write_text(text)
+    git(vdir, "add", "-A")
+    git(vdir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "release 2")
+    commit = git(vdir, "rev-parse", "HEAD")
+    pinmod.dump(dataclasses.replace(pinmod.load(), commit=commit))
+    return commit
+
+
+def add(root: Path, edit, subject: str, options: str = "") -> Path:
+    """Make a patch of edit() on the pin, append it to the series (with options)."""
+    p = make_patch(root / "vllm", root / "patches", edit, subject)
+    n = len(series.read()[1]) + 1
+    dest = p.with_name(f"{n:04d}-{p.name.split('-', 1)[1]}")
+    p.rename(dest)
+    with open(root / "patches" / "series", "a") as f:
+        f.write(f"{dest.name} {options}".strip() + "\n")
+    return dest
+
+
+def edit_line(name: str, line: int, new: str):
+    def edit(repo: Path):
+        lines = (repo / name).read_text().splitlines(keepends=True)
+        lines[line - 1] = new + "\n"
+        (repo / name).write_text("".join(lines))
+    return edit
+
+
+def write(name: str, text: str):
+    def edit(repo: Path):
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    return edit
+
+
+MSG = ("[Perf][Kernel] {}\n\n## Purpose\n\nWhy {} helps.\n\n## Test Plan\n\nunit tests\n\n"
+       "Upstream-Status: Pending")
+
+
+# --- branches --------------------------------------------------------------------------------
+
+def test_one_branch_per_patch_alone_trailer_stripped_series_untouched(tiny):
+    p1 = add(tiny, edit_line("a.py", 5, "five"), MSG.format("five", "five"))
+    add(tiny, write("b.py", "x = 2\n"), MSG.format("b two", "two"))
+    apply.apply()
+    vdir, pinned = tiny / "vllm", pinmod.load().commit
+    head, tip = git(vdir, "rev-parse", "HEAD"), git(vdir, "rev-parse", "series")
+    done = prs.prs(hooks=False, tests=False)
+    assert [pr.ok for pr in done] == [True, True]
+    for pr in done:
+        assert git(vdir, "rev-parse", f"{pr.branch}^") == pinned       # alone on the base
+        msg = git(vdir, "log", "-1", "--format=%B", pr.branch)
+        assert msg.startswith("[Perf][Kernel] ")                         # tags kept (am -k)
+        assert "Upstream-Status" not in msg and "Signed-off-by: t <t@t>" in msg
+    assert vgit.patch_id(vdir, git(vdir, "show", done[0].branch) + "\n") == vgit.patch_id(
+        vdir, p1.read_text())                                            # the same change
+    assert git(vdir, "symbolic-ref", "--short", "HEAD") == "series"
+    assert (git(vdir, "rev-parse", "HEAD"), git(vdir, "rev-parse", "series")) == (head, tip)
+    assert git(vdir, "status", "--porcelain") == ""
+    assert len(git(vdir, "worktree", "list").splitlines()) == 1
+    out = tiny / "out" / "prs" / "0001"
+    assert (out / "title.txt").read_text() == "[Perf][Kernel] five\n"
+    assert (out / "branch.txt").read_text() == "pr/perf-kernel-five\n"
+    cmd = (out / "commands.sh").read_text()
+    assert "git -C vllm push --force fork pr/perf-kernel-five:refs/heads/pr/perf-kernel-five" \
+        in cmd
+    assert "gh pr create --repo vllm-project/vllm --base main" in cmd
+    assert "--title '[Perf][Kernel] five' --body-file \"$here/body.md\"" in cmd
+    assert subprocess.run(["bash", "-n", str(out / "commands.sh")]).returncode == 0
+
+
+def test_patch_that_needs_an_earlier_patch_is_reported(tiny):
+    add(tiny, edit_line("a.py", 10, "ten"), "[Core] ten")
+    apply.apply()  # the next patch is made on top of the first: a hidden dependency
+    add(tiny, edit_line("a.py", 10, "TEN"), "[Core] TEN on top of ten")
+    add(tiny, write("b.py", "x = 3\n"), "[Core] independent")
+    done = prs.prs(hooks=False, tests=False)
+    assert [pr.ok for pr in done] == [True, False, True]
+    problem = done[1].problems[0]
+    assert "does not apply alone" in problem and "after 0001-Core-ten.patch" in problem
+    assert "a.py" in problem
+    assert git(tiny / "vllm", "branch", "--list", "pr/core-ten-on-top-of-ten") == ""
+    out = tiny / "out" / "prs"
+    assert not (out / "0002" / "commands.sh").exists() and (out / "0003" / "commands.sh").exists()
+    assert "NOT READY" in (out / "0002" / "checks.txt").read_text()
+
+
+def test_accepted_patch_gets_no_pr_and_bad_base_is_refused(tiny):
+    p = add(tiny, write("b.py", "x = 4\n"), "[Core] four\n\nUpstream-Status: Accepted [v0.22.0]")
+    assert prbody.parse(p).status == "Accepted [v0.22.0]"
+    assert prs.prs(hooks=False, tests=False) == []
+    with pytest.raises(SeriesError, match="--base v9.9 does not resolve"):
+        prs.prs(base="v9.9", hooks=False, tests=False)
+
+
+def test_base_option_puts_the_branch_on_that_ref(tiny):
+    add(tiny, write("b.py", "x = 5\n"), "[Core] five")
+    vdir = tiny / "vllm"
+    git(vdir, "checkout", "-q", "-b", "next")
+    (vdir / "c.py").write_text("c = 1\n")
+    git(vdir, "add", "c.py")
+    git(vdir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "upstream next")
+    git(vdir, "tag", "v0.22.0")
+    git(vdir, "checkout", "-q", "--detach", pinmod.load().commit)
+    [pr] = prs.prs(base="v0.22.0", hooks=False, tests=False)
+    assert git(vdir, "rev-parse", f"{pr.branch}^") == git(vdir, "rev-parse", "v0.22.0")
+    assert "based on v0.22.0 (" in (tiny / "out/prs/0001/body.md").read_text()
+
+
+# --- DCO ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("signoff, why", [
+    ("", "has no Signed-off-by: line"),
+    ("Signed-off-by: someone else <s@e>", "is not signed off by its author t <t@t>"),
+])
+def test_patch_without_its_authors_signoff_is_refused(tiny, signoff, why):
+    p = add(tiny, write("b.py", "x = 6\n"), "[Core] six")
+    p.write_text(p.read_text().replace("Signed-off-by: t <t@t>", signoff))
+    [pr] = prs.prs(hooks=False, tests=False)
+    assert not pr.ok and why in pr.problems[0]
+    assert not (tiny / "out/prs/0001/commands.sh").exists()
+    assert why in (tiny / "out/prs/0001/checks.txt").read_text()
+
+
+# --- the patch's own tests ---------------------------------------------------------------------
+
+TESTS = '''import pytest
+
+
+def test_cpu():
+    assert 1 + 1 == 2
+
+
+@pytest.mark.skipif(True, reason="needs CUDA")
+def test_gpu_marked():
+    pass
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_gpu_unmarked(n):
+    raise AssertionError("Torch not compiled with CUDA enabled")
+'''
+
+
+def test_patch_tests_run_on_cpu_and_cuda_ones_are_listed(tiny):
+    add(tiny, write("tests/kernels/test_feature.py", TESTS), "[Kernel] feature with tests")
+    add(tiny, write("tests/test_broken.py", "def test_wrong():\n    assert 2 + 2 == 5\n"),
+        "[Core] broken test")
+    good, bad = prs.prs(hooks=False, tests=True)
+    t = "tests/kernels/test_feature.py"
+    assert good.ok and good.checks.passed == [f"{t}::test_cpu"]
+    assert good.checks.needs_cuda == [f"{t}::test_gpu_marked", f"{t}::test_gpu_unmarked[1]",
+                                      f"{t}::test_gpu_unmarked[2]"]
+    body = (tiny / "out/prs/0001/body.md").read_text()
+    assert f"`pytest {t}` on a CPU-only host" in body and "1 passed" in body
+    assert "not run: needs CUDA, 3 cases: `test_gpu_marked`, `test_gpu_unmarked` (2 cases)" \
+        in body
+    assert not bad.ok and "test tests/test_broken.py::test_wrong fails" in bad.problems[0]
+
+
+# --- vLLM's pre-commit hooks -------------------------------------------------------------------
+
+RUFF_CONFIG = """repos:
+- repo: https://github.com/astral-sh/ruff-pre-commit
+  rev: v0.14.0
+  hooks:
+  - id: ruff-check
+    args: [--output-format, concise]
+  - id: ruff-format
+- repo: https://github.com/DavidAnson/markdownlint-cli2
+  rev: v0.21.0
+  hooks:
+  - id: markdownlint-cli2
+"""
+
+
+def test_patch_failing_ruff_is_refused_with_the_hooks_output(tiny):
+    """Runs pre-commit for real: the first run on a host installs ruff 0.14.0 from PyPI into
+    PRE_COMMIT_HOME (about 10 s), later runs reuse it (about 2 s per patch)."""
+    new_base(tiny, {".pre-commit-config.yaml": RUFF_CONFIG})
+    add(tiny, write("b.py", "import os\n\nx = 7\n"), "[Core] unused import")
+    add(tiny, write("b.py", "x = 8\n"), "[Core] clean")
+    add(tiny, write("README.md", "# notes\n"), "[Doc] notes")
+    bad, good, doc = prs.prs(hooks=True, tests=False)
+    assert not bad.ok and "(ruff-check)" in bad.problems[0]
+    assert "b.py:1:8: F401 [*] `os` imported but unused" in bad.problems[0]
+    assert good.ok and good.checks.hooks == [["ruff-check", "Passed"], ["ruff-format", "Passed"]]
+    assert doc.ok and doc.checks.hooks == []
+    assert doc.checks.hooks_not_run[0][0] == "markdownlint-cli2"
+    assert "F401" in (tiny / "out/prs/0001/checks.txt").read_text()
+
+
+def test_hooks_that_cannot_be_installed_are_a_clear_problem(tiny, tmp_path, monkeypatch):
+    """No package index (fresh PRE_COMMIT_HOME, index unreachable): refused, saying why."""
+    new_base(tiny, {".pre-commit-config.yaml": RUFF_CONFIG})
+    add(tiny, write("b.py", "x = 15\n"), "[Core] fifteen")
+    for k, v in {"PRE_COMMIT_HOME": str(tmp_path / "pc"), "PIP_INDEX_URL":
+                 "http://127.0.0.1:9/simple", "PIP_NO_CACHE_DIR": "1", "PIP_RETRIES": "0",
+                 "PIP_FIND_LINKS": "", "PIP_EXTRA_INDEX_URL": "", "PIP_TIMEOUT": "2",
+                 "PIP_CONFIG_FILE": os.devnull}.items():
+        monkeypatch.setenv(k, v)
+    [pr] = prs.prs(hooks=True, tests=False)
+    assert not pr.ok and pr.problems[0].startswith("pre-commit could not run vLLM's hooks")
+    assert "ruff==0.14.0" in pr.problems[0]
+
+
+def test_derived_config_of_vllms_own_hooks(pristine):
+    """vLLM v0.21.0's config, derived for a Python file and for a Markdown file."""
+    derived, not_run = prs.derive_config(pristine, ["vllm/envs.py"])
+    [repo] = derived["repos"]
+    hooks = {h["id"]: h for h in repo["hooks"]}
+    assert repo["repo"] == "local" and not_run == []
+    assert {"ruff-check", "ruff-format", "typos", "mypy-local", "check-spdx-header"} <= set(hooks)
+    assert hooks["ruff-check"]["additional_dependencies"] == ["ruff==0.14.0"]
+    assert hooks["ruff-check"]["entry"] == "ruff check --force-exclude"
+    assert hooks["typos"]["additional_dependencies"] == ["typos==1.43.5"]
+    assert hooks["typos"]["args"] == ["--force-exclude"]            # vLLM's override kept
+    assert hooks["mypy-local"]["additional_dependencies"][0] == "mypy[faster-cache]==1.19.1"
+    assert not {"mypy-3.10", "signoff-commit", "clang-format", "shellcheck"} & set(hooks)
+    _, not_run = prs.derive_config(pristine, ["docs/README.md"])
+    assert [h for h, _ in not_run] == ["markdownlint-cli2"]
+
+
+# --- push ----------------------------------------------------------------------------------------
+
+def test_push_to_an_unreachable_remote_is_refused_before_anything(tiny):
+    add(tiny, write("b.py", "x = 9\n"), "[Core] nine")
+    with pytest.raises(SeriesError, match="(?s)is not reachable from here.*nothing was pushed"):
+        prs.prs(do_push=True, remote="http://127.0.0.1:9/vllm.git", hooks=False, tests=False)
+    assert git(tiny / "vllm", "branch", "--list", "pr/*") == ""
+    with pytest.raises(SeriesError, match="--push needs --remote"):
+        prs.prs(do_push=True, hooks=False, tests=False)
+
+
+def test_push_is_all_or_nothing(tiny, tmp_path):
+    fork = tmp_path / "fork.git"
+    git(tmp_path, "init", "-q", "--bare", str(fork))
+    add(tiny, write("b.py", "x = 10\n"), "[Core] ten")
+    p = add(tiny, edit_line("a.py", 3, "three"), "[Core] three")
+    text = p.read_text()
+    p.write_text(text.replace("Signed-off-by: t <t@t>\n", ""))
+    with pytest.raises(SeriesError, match="(?s)not pushing anything.*0002-Core-three"):
+        prs.prs(do_push=True, remote=str(fork), hooks=False, tests=False)
+    assert git(fork, "for-each-ref") == ""
+    p.write_text(text)
+    done = prs.prs(do_push=True, remote=str(fork), hooks=False, tests=False)
+    refs = git(fork, "for-each-ref", "--format=%(refname) %(objectname)").splitlines()
+    assert sorted(refs) == sorted(f"refs/heads/{pr.branch} {pr.commit}" for pr in done)
+
+
+# --- record ----------------------------------------------------------------------------------
+
+def test_record_marks_the_patch_submitted_in_vllm_and_patches(tiny):
+    add(tiny, write("b.py", "x = 11\n"), MSG.format("eleven", "eleven"))
+    p2 = add(tiny, edit_line("a.py", 7, "seven"), MSG.format("seven", "seven"))
+    applied = apply.apply()
+    refresh.refresh()  # the workspace's own export format, so that only the trailer changes
+    before2 = p2.read_bytes()
+    prs.record("1", URL)
+    vdir = tiny / "vllm"
+    status = f"Upstream-Status: Submitted [{URL}]"
+    assert status in git(vdir, "log", "-1", "--format=%B", "series~1")
+    assert git(vdir, "symbolic-ref", "--short", "HEAD") == "series"
+    assert git(vdir, "diff", applied[-1], "HEAD") == "" and git(vdir, "status", "--porcelain") == ""
+    assert status + "\nSigned-off-by: t <t@t>" in series.load()[0].path.read_text()
+    assert p2.read_bytes() == before2
+    assert apply.apply() == git(vdir, "rev-list", "--reverse", f"{pinmod.load().commit}..HEAD"
+                                ).split()                           # nothing to re-apply
+    done = prs.prs(hooks=False, tests=False)
+    assert "Upstream-Status" not in git(vdir, "log", "-1", "--format=%B", done[0].branch)
+    assert f"gh pr edit {URL}" in (tiny / "out/prs/0001/commands.sh").read_text()
+    with pytest.raises(SeriesError, match="no patch numbered 0009"):
+        prs.record("9", URL)
+
+
+def test_record_refuses_when_vllm_is_not_on_the_series(tiny):
+    p = add(tiny, write("b.py", "x = 12\n"), "[Core] twelve")
+    before = p.read_bytes()
+    with pytest.raises(SeriesError, match="not on the series branch") as e:
+        prs.record("0001", URL)
+    assert e.value.fix.startswith("scripts/apply.sh") and p.read_bytes() == before
+
+
+# --- the body ------------------------------------------------------------------------------------
+
+def bench_json(variant: str, date: str, us: list[float], **extra) -> str:
+    rows = [{"case": "qwen3-30b-a3b", "dtype": "fp8", "batch": b, "variant": variant, "us": u,
+             "bytes": 1, "roofline_pct": 38.0 + i}
+            for i, (b, u) in enumerate(zip([1, 4], us, strict=True))]
+    return json.dumps({"bench": "moe", "variant": variant, "date": date, "rows": rows,
+                       "command": f"python benchmarks/bench_moe.py --variant {variant}",
+                       "device": "NVIDIA H200", **extra})
+
+
+def test_body_shows_the_newest_results_with_command_and_hardware(tiny):
+    add(tiny, write("b.py", "x = 13\n"), MSG.format("moe", "swap"), options="bench=moe,rope")
+    res = tiny / "benchmarks" / "results"
+    res.mkdir(parents=True)
+    (res / "moe-old-base.json").write_text(bench_json("base", "2026-11-01", [99.0, 99.0]))
+    (res / "moe-base.json").write_text(bench_json("base", "2026-11-29", [22.9, 52.3]))
+    (res / "moe-patched.json").write_text(bench_json("patched", "2026-11-29", [20.0, 50.0]))
+    (res / "broken.json").write_text("{not json")
+    [pr] = prs.prs(hooks=False, tests=False)
+    body = (tiny / "out/prs/0001/body.md").read_text()
+    assert body.startswith("## Purpose\n\nWhy swap helps.\n\n## Test Plan\n\nunit tests\n")
+    assert "- `benchmarks/results/moe-base.json` (base): on NVIDIA H200, command " \
+           "`python benchmarks/bench_moe.py --variant base`" in body
+    assert "| qwen3-30b-a3b | fp8 | 1 | 22.9 | 38 | 20.0 | 38 | 1.15x |" in body
+    assert "| qwen3-30b-a3b | fp8 | 4 | 52.3 | 39 | 50.0 | 39 | 1.05x |" in body
+    assert "99.0" not in body and "No results were found for `rope`." in body
+    assert "Upstream-Status" not in body and "Signed-off-by" not in body
+
+
+def test_body_says_plainly_when_no_measurements_exist(tiny):
+    add(tiny, write("b.py", "x = 14\n"), "[Core] fourteen\n\nJust a fix.", options="bench=none")
+    prs.prs(hooks=False, tests=False)
+    body = (tiny / "out/prs/0001/body.md").read_text()
+    assert "No measurements are attached to this PR (benchmarks/results holds none for none)." \
+        in body
+    assert "## Purpose\n\nJust a fix.\n" in body and "This PR adds no test file." in body
+
+
+def test_markdown_results_are_quoted_when_no_json(tmp_path):
+    (tmp_path / "rope-report.md").write_text("| T | compiles |\n| --- | --- |\n| 1024 | 1 |\n")
+    (tmp_path / "roper.md").write_text("not this one")
+    [b] = prbody.load_results(tmp_path, ["rope"])
+    assert b.markdown.startswith("| T | compiles |") and b.sources[0]["file"].endswith(
+        "rope-report.md")
+
+
+def test_unwrap_joins_wrapped_prose_only():
+    text = "Hopper needs\n64 rows.\n\n- a\n  b\n\n```\nx\n\ny\n```\n\n| t |\n| - |"
+    assert prbody.unwrap(text) == text.replace("needs\n64", "needs 64")
+
+
+def test_strip_status_keeps_everything_else():
+    text = ("Subject: [X] y\n\nbody\n\nUpstream-Status: Pending\nSigned-off-by: a <a@b>\n"
+            "---\n a | 1 +\ndiff --git a/a b/a\n+Upstream-Status: Pending\n")
+    assert prbody.strip_status(text) == text.replace("Upstream-Status: Pending\nSigned", "Signed")
+
+
+# --- golden files for the real series ----------------------------------------------------------
+
+def real_entries() -> list[series.Entry]:
+    _, entries = series.read(ROOT / "patches" / "series")
+    return entries
+
+
+def rendered(entry: series.Entry, checks: prbody.Checks | None) -> tuple[str, str]:
+    path = ROOT / "patches" / entry.name
+    info = prbody.parse(path)
+    pin = pinmod.load(ROOT / "upstream.toml")
+    names = [n for n in entry.options.get("bench", "").split(",") if n]
+    results = prbody.load_results(ROOT / "benchmarks" / "results", names)
+    return (prbody.title(info) + "\n",
+            prbody.body(info, f"{pin.tag} ({pin.commit[:12]})", results, names, checks))
+
+
+@pytest.mark.parametrize("entry", real_entries(), ids=lambda e: e.name)
+def test_golden_title_and_body_of_real_patch(entry):
+    stem = Path(entry.name).stem
+    if UPDATE:
+        pytest.skip("updating goldens: the slow test writes them")
+    checks = GOLDEN / f"{stem}.checks.json"
+    assert checks.exists(), (f"no golden for {entry.name}; make them with "
+                             "VSERIES_UPDATE_GOLDEN=1 pytest -m slow tests/workspace/test_prs.py "
+                             "-k golden")
+    title, body = rendered(entry, prbody.Checks.from_json(checks.read_text()))
+    assert title == (GOLDEN / f"{stem}.title.txt").read_text()
+    assert body == (GOLDEN / f"{stem}.body.md").read_text()
+
+
+def test_golden_files_match_the_series():
+    stems = {Path(e.name).stem for e in real_entries()}
+    have = {re.sub(r"\.(title\.txt|body\.md|checks\.json)$", "", p.name)
+            for p in GOLDEN.iterdir()} if GOLDEN.is_dir() else set()
+    assert have == stems or UPDATE, f"golden/ holds {sorted(have)}, the series {sorted(stems)}"
+
+
+@pytest.mark.slow
+def test_golden_real_series_end_to_end(ws):
+    """The real tool on a copy of the workspace: branches, vLLM's hooks, the patches' tests.
+    About 20-60 s per patch on a 2-core host once the hook environments are cached."""
+    shutil.copytree(ROOT / "benchmarks", ws / "benchmarks")
+    done = prs.prs()
+    by_name = {pr.entry.name: pr for pr in done}
+    for entry in real_entries():
+        pr, stem = by_name[entry.name], Path(entry.name).stem
+        out = ws / "out" / "prs" / pr.number
+        title, body = (out / "title.txt").read_text(), (out / "body.md").read_text()
+        if UPDATE:
+            GOLDEN.mkdir(exist_ok=True)
+            (GOLDEN / f"{stem}.title.txt").write_text(title)
+            (GOLDEN / f"{stem}.body.md").write_text(body)
+            (GOLDEN / f"{stem}.checks.json").write_text(pr.checks.to_json())
+            continue
+        assert title == (GOLDEN / f"{stem}.title.txt").read_text()
+        assert body == (GOLDEN / f"{stem}.body.md").read_text()
+        assert json.loads(pr.checks.to_json()) == json.loads(
+            (GOLDEN / f"{stem}.checks.json").read_text())

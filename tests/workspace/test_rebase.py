@@ -1,0 +1,416 @@
+"""rebase: move the series onto a newer upstream release and classify every patch.
+
+Synthetic tests (fast, always run): a tiny workspace whose "new release" is a source release
+served by the local package index, so the offline route (sdist -> second root commit in the
+same vllm/ repo) is the one exercised. Real-release tests (slow, CPU, ~35-47 MB source
+releases cached in ~/.cache/vseries) rebase the real series from v0.21.0 onto v0.22.0, v0.24.0
+and v0.33.0.
+"""
+
+import argparse
+import io
+import os
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, git, make_patch
+
+from vseries import apply, classify, materialise, rebase, series
+from vseries import pin as pinmod
+from vseries.errors import SeriesError
+
+SHORT = "abc1234de"
+FULL = SHORT + "0" * 31
+A = "".join(f"line {i}\n" for i in range(1, 41))
+
+
+def edit(path: str, old: str, new: str):
+    def f(repo: Path) -> None:
+        (repo / path).write_text((repo / path).read_text().replace(old, new))
+    return f
+
+
+def publish(index, version: str, files: dict[str, str], short: str = SHORT) -> None:
+    """Serve a source release of ``files`` (and a wheel) as vllm ``version``."""
+    top, buf = f"vllm-{version}", io.BytesIO()
+    files = {**files, "vllm/_version.py": f"__commit_id__ = commit_id = 'g{short}'\n",
+             "PKG-INFO": "Name: vllm\n", "pyproject.toml": "[project]\nname = 'vllm'\n"}
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size, info.mtime = len(data), 1_800_000_000
+            tar.addfile(info, io.BytesIO(data))
+    index.files[f"vllm-{version}.tar.gz"] = buf.getvalue()
+    index.files[f"vllm-{version}-cp38-abi3-manylinux_2_28_x86_64.whl"] = b"not a wheel"
+
+
+@pytest.fixture
+def two(tiny, index, tmp_path, monkeypatch):
+    """tiny with a series of two patches applied on branch `series`: 0001 b.py x=1 -> x=2,
+    0002 a.py lines 5 and 30 (two hunks)."""
+    monkeypatch.setenv("VSERIES_OFFLINE", "1")
+    monkeypatch.setenv("VSERIES_CACHE", str(tmp_path / "cache"))
+    vdir, pdir = tiny / "vllm", tiny / "patches"
+    pb = make_patch(vdir, pdir, edit("b.py", "x = 1", "x = 2"), "[Perf] b two")
+    pa = make_patch(vdir, pdir, lambda r: (edit("a.py", "line 5\n", "five\n")(r),
+                                           edit("a.py", "line 30\n", "thirty\n")(r)),
+                    "[Kernel] a five and thirty")
+    pa = pa.rename(pdir / ("0002" + pa.name[4:]))
+    (pdir / "series").write_text(f"{pb.name} contract=tests/none_b.py\n{pa.name}\n")
+    apply.apply()
+    return tiny
+
+
+def cli(*argv: str) -> int:
+    ap = argparse.ArgumentParser()
+    rebase.add_parser(ap.add_subparsers(dest="verb"))
+    return rebase.main(ap.parse_args(["rebase", *argv]))
+
+
+def snapshot(ws: Path) -> dict:
+    """Everything a rebase may touch: pin, patches/, vllm/ HEAD, branch, refs, status."""
+    vdir = ws / "vllm"
+    return {"pin": (ws / "upstream.toml").read_bytes(),
+            "patches": {p.name: p.read_bytes() for p in sorted((ws / "patches").iterdir())},
+            "head": git(vdir, "rev-parse", "HEAD"),
+            "branch": git(vdir, "rev-parse", "--abbrev-ref", "HEAD"),
+            "refs": git(vdir, "for-each-ref", "--format=%(refname) %(objectname)"),
+            "status": git(vdir, "status", "--porcelain"),
+            "worktrees": git(vdir, "worktree", "list", "--porcelain")}
+
+
+def rows_of(report: str) -> dict[str, str]:
+    """{patch file name: class} from the report's table."""
+    out = {}
+    for line in report.splitlines():
+        if line.startswith("| ") and "(`" in line:
+            cells = [c.strip() for c in line.split("|")]
+            out[cells[2].split("(`")[1].split("`)")[0]] = cells[3].strip("*")
+    return out
+
+
+def report_of(ws: Path, tag: str = "v0.99.0") -> str:
+    return (ws / ".vseries" / "rebase" / f"report-{tag}.md").read_text()
+
+
+# ---- synthetic: classification ---------------------------------------------------------------
+
+def test_same_change_upstream_is_upstreamed_and_dropped(two, index):
+    a_text = A.replace("line 5\n", "five\n").replace("line 30\n", "thirty\n")
+    publish(index, "0.99.0", {"a.py": A, "b.py": "x = 2\n"})  # upstream took 0001 only
+    assert cli("v0.99.0", "--commit", FULL) == 0
+    rows = rows_of(report_of(two))
+    assert list(rows.values()) == [classify.UPSTREAMED, classify.CLEAN]
+    rep = report_of(two)
+    assert "applies in reverse on v0.99.0" in rep and "patch-id" in rep
+    vdir = two / "vllm"
+    pin = pinmod.load()
+    assert (pin.tag, pin.commit) == ("v0.99.0", FULL)
+    assert pin.source.filename == "vllm-0.99.0.tar.gz"
+    assert pin.wheel.filename == "vllm-0.99.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    assert git(vdir, "symbolic-ref", "--short", "HEAD") == "series"
+    assert git(vdir, "rev-list", "--count", f"{FULL}..HEAD") == "1"
+    assert (vdir / "a.py").read_text() == a_text and (vdir / "b.py").read_text() == "x = 2\n"
+    entries = series.load()  # the upstreamed patch is gone from patches/ and series
+    assert [series.subject(e.path) for e in entries] == ["[Kernel] a five and thirty"]
+    assert git(vdir, "describe", "--tags") == "v0.99.0-1-g" + git(vdir, "rev-parse",
+                                                                   "--short", "HEAD")
+    assert not (two / ".vseries" / "rebase" / "state.json").exists()
+
+
+def test_upstream_taking_one_of_two_hunks_is_partly_upstreamed(two, index):
+    publish(index, "0.99.0", {"a.py": A.replace("line 5\n", "five\n"), "b.py": "x = 1\n"})
+    assert cli("v0.99.0", "--commit", FULL) == 0
+    rep = report_of(two)
+    assert list(rows_of(rep).values()) == [classify.CLEAN, classify.PARTLY]
+    assert "already on v0.99.0, so dropped by the 3-way merge: a.py: @@ -2,7" in rep
+    new_a = series.load()[1].path.read_text()
+    assert "+thirty" in new_a and "+five" not in new_a  # reduced to what is still missing
+    assert "range-diff" in rep and "    -+five" in rep.split("range-diff")[1]
+
+
+def test_renamed_target_file_is_carried_with_3way_merge(two, index):
+    moved = "# header\n" * 3 + A
+    publish(index, "0.99.0", {"pkg/moved_a.py": moved, "b.py": "x = 1\n"})
+    assert cli("v0.99.0", "--commit", FULL) == 0
+    rep = report_of(two)
+    assert rows_of(rep)["0002-Kernel-a-five-and-thirty.patch"] == classify.THREE_WAY
+    assert "a.py -> pkg/moved_a.py (file renamed upstream)" in rep
+    assert "now at line 5 (+3)" in rep  # hunk offsets are shown
+    new_patch = series.load()[1].path.read_text()
+    assert "diff --git a/pkg/moved_a.py b/pkg/moved_a.py" in new_patch
+    assert "thirty" in (two / "vllm" / "pkg" / "moved_a.py").read_text()
+
+
+def test_change_differing_by_one_hunk_conflicts_and_keeps_state(two, index):
+    # upstream made the patch's first hunk, and changed the second line differently
+    publish(index, "0.99.0", {"a.py": A.replace("line 5\n", "five\n")
+                                  .replace("line 30\n", "THIRTY upstream\n"), "b.py": "x = 1\n"})
+    with pytest.raises(SeriesError) as e:
+        cli("v0.99.0", "--commit", FULL)
+    msg = str(e.value)
+    assert "0002-Kernel-a-five-and-thirty.patch conflicts" in msg
+    assert "a.py" in msg and "@@ -" in msg and "--continue" in msg and "--abort" in msg
+    st = rebase._load()
+    assert st["status"] == "conflict" and st["next"] == 1
+    assert st["rows"][0]["cls"] == classify.CLEAN
+    assert st["rows"][1]["cls"] == classify.CONFLICT  # not upstreamed
+    assert (two / "vllm" / ".git" / "rebase-apply").exists()
+    with pytest.raises(SeriesError, match="already in progress"):
+        cli("v0.99.0")
+
+
+CONTRACT = """import pytest
+pytestmark = pytest.mark.contract
+def test_b_is_two():
+    {body}
+"""
+
+
+def with_contract(ws: Path, body: str) -> None:
+    (ws / "tests").mkdir(exist_ok=True)
+    (ws / "tests" / "none_b.py").write_text(CONTRACT.format(body=body))
+
+
+def test_contract_passing_on_plain_upstream_is_upstreamed_despite_a_conflict(two, index):
+    with_contract(two, "import b\n    assert b.x == 2")
+    publish(index, "0.99.0", {"a.py": A, "b.py": "x = 1 + 1\n"})  # same value, other code
+    assert cli("v0.99.0", "--commit", FULL) == 0
+    rep = report_of(two)
+    assert rows_of(rep)["0001-Perf-b-two.patch"] == classify.UPSTREAMED
+    assert "contract tests/none_b.py passes on plain v0.99.0 (1 passed" in rep
+    assert "conflicts there" in rep
+
+
+@pytest.mark.parametrize("body, said", [
+    ("pytest.skip('needs a CUDA device')", "contract could not decide: nothing passed or failed: "
+                                           "1 skipped"),
+    ("import vllm_moved_away", "contract could not decide: 1 failed"),
+    ("import b\n    assert b.x == 3", "not upstream: contract tests/none_b.py fails on plain "
+                                      "v0.99.0 (1 failed"),
+])
+def test_contract_decides_only_on_an_assertion(two, index, body, said):
+    """A GPU-only contract on a CPU host, or one that cannot import what it checks, decides
+    nothing: the conflict stands and the reason is given. A failing assertion says the patch is
+    still needed."""
+    with_contract(two, body)
+    publish(index, "0.99.0", {"a.py": A, "b.py": "x = 1 + 1\n"})
+    with pytest.raises(SeriesError) as e:
+        cli("v0.99.0", "--commit", FULL)
+    assert "0001-Perf-b-two.patch conflicts" in str(e.value)
+    assert said in str(e.value)
+    if "import vllm_moved_away" in body:
+        assert "could not reach the code it checks" in str(e.value)
+    assert rebase._load()["rows"][0]["cls"] == classify.CONFLICT
+
+
+def test_abort_restores_everything(two, index):
+    root = two
+    git(root, "init", "-q")  # make the workspace a superproject with a gitlink
+    old_pin = pinmod.load().commit
+    git(root, "update-index", "--add", "--cacheinfo", f"160000,{old_pin},vllm")
+    before = snapshot(two)
+    publish(index, "0.99.0", {"a.py": A.replace("line 30\n", "THIRTY\n"), "b.py": "x = 1\n"})
+    with pytest.raises(SeriesError, match="conflicts"):
+        cli("v0.99.0", "--commit", FULL)
+    assert snapshot(two) != before
+    assert cli("--abort") == 0
+    assert snapshot(two) == before
+    assert git(root, "ls-files", "-s", "vllm").split()[1] == old_pin
+    assert not (two / ".vseries" / "rebase" / "state.json").exists()
+    with pytest.raises(SeriesError, match="no rebase is in progress"):
+        cli("--continue")
+
+
+def test_continue_after_a_manual_fix(two, index):
+    publish(index, "0.99.0", {"a.py": A.replace("line 30\n", "THIRTY\n"), "b.py": "x = 1\n"})
+    with pytest.raises(SeriesError, match="conflicts"):
+        cli("v0.99.0", "--commit", FULL)
+    vdir = two / "vllm"
+    with pytest.raises(SeriesError, match="still unmerged in vllm/: a.py"):
+        cli("--continue")
+    (vdir / "a.py").write_text(A.replace("line 5\n", "five\n").replace("line 30\n",
+                                                                       "THIRTY and thirty\n"))
+    git(vdir, "add", "a.py")
+    assert cli("--continue") == 0
+    rep = report_of(two)
+    assert list(rows_of(rep).values()) == [classify.CLEAN, classify.RESOLVED]
+    assert "+THIRTY and thirty" in series.load()[1].path.read_text()
+    assert "range-diff" in rep and "THIRTY and thirty" in rep
+    assert pinmod.load().tag == "v0.99.0"
+    assert git(vdir, "rev-list", "--count", f"{FULL}..series") == "2"
+    # the series options follow their patches (by position, whatever the file names)
+    assert series.load()[0].contract == "tests/none_b.py"
+
+
+def test_skip_drops_the_patch_and_records_it(two, index):
+    publish(index, "0.99.0", {"a.py": A.replace("line 30\n", "THIRTY\n"), "b.py": "x = 1\n"})
+    with pytest.raises(SeriesError, match="conflicts"):
+        cli("v0.99.0", "--commit", FULL)
+    assert cli("--skip") == 0
+    rep = report_of(two)
+    assert list(rows_of(rep).values()) == [classify.CLEAN, classify.SKIPPED]
+    assert "dropped by the user with --skip" in rep
+    assert [e.name for e in series.load()] == ["0001-Perf-b-two.patch"]
+    assert "kept in .vseries/rebase/backup-v0.21.0-" in rep  # the old series is recoverable
+    backups = list((two / ".vseries" / "rebase").glob("backup-v0.21.0-*/patches/0002-*"))
+    assert len(backups) == 1
+
+
+def test_run_killed_midway_resumes_without_applying_twice(two, index, monkeypatch):
+    publish(index, "0.99.0", {"a.py": A, "b.py": "x = 1\n", "c.py": "new\n"})
+    real, calls = rebase._carried, []
+
+    def killed_on_second(*a, **k):  # the 2nd am has made its commit; the state is not saved
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(rebase, "_carried", killed_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        cli("v0.99.0", "--commit", FULL)
+    vdir = two / "vllm"
+    assert git(vdir, "rev-list", "--count", f"{FULL}..HEAD") == "2"  # one commit too many
+    assert rebase._load()["next"] == 1
+    monkeypatch.setattr(rebase, "_carried", real)
+    assert cli("--continue") == 0
+    assert git(vdir, "rev-list", "--count", f"{FULL}..series") == "2"
+    assert list(rows_of(report_of(two)).values()) == [classify.CLEAN, classify.CLEAN]
+    assert len(series.load()) == 2
+
+
+def test_run_killed_before_the_replay_starts_again(two, index, monkeypatch):
+    publish(index, "0.99.0", {"a.py": A, "b.py": "x = 1\n"})
+    real = rebase.new_release
+
+    def killed(*a, **k):
+        real(*a, **k)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rebase, "new_release", killed)
+    with pytest.raises(KeyboardInterrupt):
+        cli("v0.99.0", "--commit", FULL)
+    assert rebase._load()["status"] == "starting"
+    monkeypatch.setattr(rebase, "new_release", real)
+    assert cli("--continue") == 0
+    assert pinmod.load().tag == "v0.99.0"
+
+
+def test_check_changes_nothing(two, index, tmp_path, capsys):
+    before = snapshot(two)
+    publish(index, "0.99.0", {"a.py": A.replace("line 30\n", "THIRTY\n"), "b.py": "x = 2\n"})
+    out = tmp_path / "check.md"
+    assert cli("--check", "v0.99.0", "--commit", FULL, "--report", str(out)) == 1  # a conflict
+    assert snapshot(two) == before
+    assert not (two / ".vseries" / "rebase").exists()
+    text = capsys.readouterr().out
+    assert "(--check: nothing changed)" in text
+    assert list(rows_of(out.read_text()).values()) == [classify.UPSTREAMED, classify.CONFLICT]
+
+
+def test_gitlink_moves_to_a_full_id_only(two, index):
+    git(two, "init", "-q")
+    git(two, "update-index", "--add", "--cacheinfo", f"160000,{pinmod.load().commit},vllm")
+    publish(index, "0.99.0", {"a.py": A, "b.py": "x = 1\n"})
+    assert cli("v0.99.0", "--commit", FULL) == 0
+    assert git(two, "ls-files", "-s", "vllm").split()[1] == FULL
+    publish(index, "0.100.0", {"a.py": A, "b.py": "x = 1\n", "d.py": ""}, short="feed123")
+    assert cli("v0.100.0") == 0  # no --commit: only the short id is known
+    assert git(two, "ls-files", "-s", "vllm").split()[1] == FULL  # not moved
+    pin = pinmod.load()
+    vdir = two / "vllm"
+    assert pin.tag == "v0.100.0" and git(vdir, "rev-parse", "v0.100.0^{commit}") == pin.commit
+    assert "upstream's id is known only as feed123" in (two / "upstream.toml").read_text()
+    rep = report_of(two, "v0.100.0")
+    assert "gitlink NOT moved" in rep and "only the short id feed123" in rep
+
+
+def test_release_commit_is_the_one_materialise_makes(two, index, tmp_path):
+    publish(index, "0.99.0", {"a.py": A, "b.py": "x = 1\n"})
+    tarball = tmp_path / "vllm-0.99.0.tar.gz"
+    tarball.write_bytes(index.files["vllm-0.99.0.tar.gz"])
+    got = rebase.add_release(two / "vllm", tarball, "v0.99.0", FULL, "test")
+    fresh = tmp_path / "fresh"
+    materialise.repo_from_sdist(tarball, fresh, FULL, "v0.99.0", "test")
+    assert got["synthetic"] == git(fresh, "rev-parse", f"refs/replace/{FULL}")
+    assert got["refs"] == [f"refs/replace/{FULL}", "refs/tags/v0.99.0"]
+    with pytest.raises(SeriesError, match="does not match the id"):
+        rebase.add_release(two / "vllm", tarball, "v0.99.0", "f" * 40, "test")
+
+
+def test_bad_input_is_refused_and_changes_nothing(two, index):
+    before = snapshot(two)
+    with pytest.raises(SeriesError, match="no source release vllm-0.98.0"):
+        cli("v0.98.0")
+    with pytest.raises(SeriesError, match="not a release tag"):
+        publish(index, "0.99.0", {"a.py": A})
+        cli("0123abcd")
+    assert snapshot(two) == before
+    assert not (two / ".vseries" / "rebase" / "state.json").exists()
+    (two / "vllm" / "b.py").write_text("mine\n")
+    with pytest.raises(SeriesError, match="uncommitted changes"):
+        cli("v0.99.0")
+    assert (two / "vllm" / "b.py").read_text() == "mine\n"
+
+
+# ---- real releases (slow) --------------------------------------------------------------------
+
+COMMITS = {"v0.22.0": "0b3ba88f165976e77ca5e6a7a3f5bba4562b80af",
+           "v0.24.0": "ee0da84ab9e04ac7610e28580af62c365e898389", "v0.33.0": None}
+ROPE_OLD = "vllm/v1/attention/ops/deepseek_v4_ops/fused_inv_rope_fp8_quant.py"
+ROPE_NEW = "vllm/models/deepseek_v4/common/ops/fused_inv_rope_fp8_quant.py"
+
+
+def real_patch(ws: Path, path: str) -> str | None:
+    """The series' patch file that edits ``path`` (by name), or None."""
+    for e in series.load():
+        if f"a/{path} " in e.path.read_text(errors="replace"):
+            return e.name
+    return None
+
+
+@pytest.mark.slow
+def test_real_rebases_v0_21_to_v0_22_to_v0_24_to_v0_33(ws, monkeypatch):
+    """The real series along upstream's history; asserts the classes the design states.
+    Writes each report to $VSERIES_REPORTS (if set) and prints the wall times."""
+    monkeypatch.setenv("VSERIES_OFFLINE", "1")
+    apply.apply()
+    swap = real_patch(ws, "vllm/model_executor/layers/fused_moe/fused_moe.py")
+    fp8 = real_patch(ws, "vllm/model_executor/layers/fused_moe/oracle/fp8.py")
+    rope = real_patch(ws, ROPE_OLD)
+    if not (swap or fp8 or rope):
+        pytest.skip("patches/ holds none of the three real patches yet")
+    out = Path(os.environ.get("VSERIES_REPORTS", ws / "reports"))
+    times = {}
+    for tag, commit in COMMITS.items():
+        names = {series.subject(e.path): e.name for e in series.load()}
+        t = time.monotonic()
+        args = [tag, "--report", str(out / f"rebase-{tag}.md")]
+        assert cli(*args, *(["--commit", commit] if commit else [])) == 0
+        times[tag] = time.monotonic() - t
+        rows = rows_of((out / f"rebase-{tag}.md").read_text())
+        by_subject = {s: rows[n] for s, n in names.items()}
+        subj = {n: s for s, n in names.items()}
+        if tag == "v0.22.0":
+            if rope:
+                assert by_subject[subj[rope]] == classify.PARTLY
+                assert f"{ROPE_OLD} -> {ROPE_NEW}" in (out / f"rebase-{tag}.md").read_text()
+            swap, fp8, rope = (next((n for n in rows if n == x), None) for x in (swap, fp8, rope))
+        if tag == "v0.33.0":
+            for name in (swap, rope):
+                if name:
+                    assert rows[name] == classify.UPSTREAMED
+        for name in (fp8,) if tag == "v0.33.0" else (swap, fp8):
+            if name:
+                assert rows[name] not in (classify.UPSTREAMED, classify.CONFLICT)
+        # the next round sees refreshed names
+        swap = real_patch(ws, "vllm/model_executor/layers/fused_moe/fused_moe.py")
+        fp8 = real_patch(ws, "vllm/model_executor/layers/fused_moe/oracle/fp8.py")
+        rope = real_patch(ws, ROPE_NEW)
+        assert pinmod.load().tag == tag
+    print("wall times:", {k: f"{v:.1f} s" for k, v in times.items()})
+
