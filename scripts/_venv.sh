@@ -15,9 +15,12 @@ if [ -z "${VIRTUAL_ENV:-}" ]; then
   . .venv/bin/activate
 fi
 stamp="$VIRTUAL_ENV/.vseries-requirements"
-if ! cmp -s requirements/workspace.txt "$stamp" 2>/dev/null; then
+if ! cat requirements/workspace.txt pyproject.toml | cmp -s - "$stamp" 2>/dev/null; then
   echo "setup: installing the workspace requirements into $VIRTUAL_ENV"
   python -m pip install -q --upgrade pip
   python -m pip install -q -r requirements/workspace.txt
-  cp requirements/workspace.txt "$stamp"
+  # strict: link only the vseries package, not the root (whose vllm/ would shadow vLLM)
+  python -m pip install -q --no-build-isolation --no-deps -e . \
+    --config-settings editable_mode=strict
+  cat requirements/workspace.txt pyproject.toml > "$stamp"
 fi

@@ -116,7 +116,7 @@ def build() -> None:
            "VLLM_PRECOMPILED_WHEEL_LOCATION": str(wheel),
            # setuptools-scm would call a patched tree "0.21.1.devN"; the release it is built
            # on is the honest version, and the summary lists the patches on top.
-           "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_VLLM": pin.version}
+           "SETUPTOOLS_SCM_PRETEND_VERSION": pin.version}
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps",
            "-e", str(vdir)]
     print(f"build: pip install -e vllm with the release kernels of {wheel.name}")

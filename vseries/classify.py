@@ -18,6 +18,7 @@ import tempfile
 import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from difflib import SequenceMatcher
 from pathlib import Path
 
 from vseries import contract, git
@@ -99,7 +100,7 @@ def compare(original: str, replayed: str) -> tuple[list[str], list[str], list[st
 
     Returns:
         (moved, dropped, added): moved = renamed files and hunk offsets ("a.py -> b.py",
-        "a.py: hunk @@ -30 @@ now at line 45 (+15)"); dropped = the original's hunks whose
+        "a.py: 2 of 3 hunks moved (+15 lines)"); dropped = the original's hunks whose
         changed lines the replay no longer has (already upstream), each as "path: header";
         added = changed lines the replay has and the original has not (a hand resolution).
     """
@@ -117,10 +118,11 @@ def compare(original: str, replayed: str) -> tuple[list[str], list[str], list[st
     for p, hunks in old.items():
         q = rename.get(p, p)
         starts = {tuple(lines): start for start, _, lines in new.get(q, [])}
-        for start, header, lines in hunks:
-            now = starts.get(tuple(lines))
-            if now is not None and now != start:
-                moved.append(f"{q}: hunk {header} now at line {now} ({now - start:+d})")
+        shifts = [starts[tuple(lines)] - start for start, _, lines in hunks
+                  if starts.get(tuple(lines)) not in (None, start)]
+        if shifts:
+            moved.append(f"{q}: {len(shifts)} of {len(hunks)} hunks moved "
+                         f"({', '.join(f'{d:+d}' for d in sorted(set(shifts)))} lines)")
     missing = _lines(old) - _lines(new)
     dropped = []
     for p, hunks in old.items():
@@ -138,8 +140,12 @@ def upstream_made(vdir: Path, old_base: str, new_base: str, paths: list[str]) ->
     return {ln[1:] for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")}
 
 
-def conflict_hunks(vdir: Path, files: list[str], most: int = 3, lines: int = 12) -> list[str]:
-    """The conflict regions (<<<<<<< ... >>>>>>>) git left in ``files``, with line numbers."""
+def conflict_hunks(vdir: Path, files: list[str], patch_text: str = "", most: int = 3,
+                   lines: int = 16) -> list[str]:
+    """The conflict regions (<<<<<<< ... >>>>>>>) git left in ``files``, with line numbers and
+    the hunk of the patch (from ``patch_text``) whose added lines are the patch's side."""
+    hunks = [(p, header, {ln[1:] for ln in changed if ln[:1] == "+"})
+             for p, hs in parse(patch_text).items() for _, header, changed in hs]
     out = []
     for f in files:
         if not (vdir / f).is_file():  # e.g. deleted on one side: nothing to show
@@ -148,9 +154,28 @@ def conflict_hunks(vdir: Path, files: list[str], most: int = 3, lines: int = 12)
         starts = [i for i, ln in enumerate(text) if ln.startswith("<<<<<<< ")][:most]
         for i in starts:
             end = next((j for j in range(i, len(text)) if text[j].startswith(">>>>>>> ")), i)
-            body = text[i:min(end + 1, i + lines)]
-            out.append(f"{f}:{i + 1}:\n" + "\n".join("    " + b for b in body))
+            mid = next((j for j in range(i, end) if text[j] == "======="), i)
+            theirs = set(text[mid + 1:end])
+            same_file = sorted(hunks, key=lambda h: h[0] != f)  # this file's hunks first
+            which = next((f" (the patch's hunk {p}: {h})" for p, h, added in same_file
+                          if added & theirs), "")
+            body = text[i:min(end + 1, i + lines)] + (["    ..."] if end + 1 > i + lines else [])
+            out.append(f"{f}:{i + 1}{which}:\n" + "\n".join("    " + b for b in body))
     return out
+
+
+def toward_patch(line: str, original: str) -> bool:
+    """True when ``line`` (written by upstream where the patch changes the code) is closer to
+    one of the patch's added lines than the patch's own removed lines are: upstream went part
+    of the way the patch goes, rather than somewhere else."""
+    changed = [ln for hs in parse(original).values() for _, _, c in hs for ln in c]
+    minus = [ln[1:] for ln in changed if ln[:1] == "-"]
+    plus = [ln[1:] for ln in changed if ln[:1] == "+"]
+    if not plus:
+        return False
+    goal = max(plus, key=lambda p: SequenceMatcher(None, line, p).ratio())
+    ratio = SequenceMatcher(None, line, goal).ratio()
+    return ratio > 0.5 and all(ratio > SequenceMatcher(None, m, goal).ratio() for m in minus)
 
 
 # ---- evidence from git -----------------------------------------------------------------------

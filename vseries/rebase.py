@@ -405,7 +405,8 @@ def _conflict_text(vdir: Path, patch: Path, out: str) -> str:
     unmerged = list(dict.fromkeys(git.run(vdir, "diff", "--name-only",
                                           "--diff-filter=U").split()))
     files = f"  unmerged files: {', '.join(unmerged)}\n" if unmerged else ""
-    hunks = "".join(f"  {h}\n" for h in classify.conflict_hunks(vdir, unmerged))
+    hunks = "".join(f"  {h}\n" for h in classify.conflict_hunks(
+        vdir, unmerged, patch.read_text(errors="replace")))
     if not hunks:  # no 3-way merge happened (e.g. a blob is missing): where apply stops
         return files + apply.explain(vdir, patch, out)
     said = re.findall(r"CONFLICT \([^)]*\): .*", out)
@@ -433,8 +434,10 @@ def _replay(st: dict) -> None:
             _decided(st, row)
             continue
         before = git.rev(vdir, "HEAD")
-        out = git.run(vdir, "am", "-3", "-k", "--committer-date-is-author-date", str(patch),
-                      check=False, env=apply.AM_ENV)
+        # diff3: conflict regions also show the base, i.e. what upstream changed
+        out = git.run(vdir, "-c", "merge.conflictStyle=diff3", "am", "-3", "-k",
+                      "--committer-date-is-author-date", str(patch), check=False,
+                      env=apply.AM_ENV)
         if git.in_progress(vdir):
             why = _conflict_text(vdir, patch, out)
             verdict = _contract(st, row)
@@ -490,16 +493,22 @@ def _carried(st: dict, row: Row, text: str, threeway: bool, resolved: bool = Fal
         return
     made = classify.upstream_made(vdir, st["old"]["commit"], st["new"]["base"],
                                   classify.touched(text) + classify.touched(replayed))
-    if added and all(ln[:1] == "-" and ln[1:] in made for ln in added):
-        # the replay only starts from lines upstream wrote: upstream made part of the change
+    taken = [ln[1:] for ln in added if ln[:1] == "-" and ln[1:] in made
+             and classify.toward_patch(ln[1:], text)]
+    if taken:  # the replay starts from lines upstream wrote on the way to the patch's
         row.cls = classify.PARTLY
-        row.evidence += [f"{tag} already changed part of it: it has `{ln[1:].strip()}`"
-                         for ln in added]
+        row.evidence += [f"{tag} already went part of the way: it has `{ln.strip()}`"
+                         for ln in taken]
+        rest = [ln for ln in added if ln[1:] not in taken]
         row.evidence.append("the rest is carried (the refreshed patch changes only that)"
-                            + ("; the conflict was resolved by hand" if resolved else ""))
+                            + ("; the conflict was resolved by hand" if resolved else "")
+                            + (f"; {len(rest)} other changed lines differ from the original, "
+                               "see the range-diff" if rest else ""))
     elif resolved or added:
         row.cls = classify.RESOLVED
-        row.evidence.append("the conflict was resolved by hand; see the range-diff")
+        row.evidence.append("the conflict was resolved by hand; see the range-diff"
+                            + ("" if added or dropped else "; the patch's own changed lines "
+                               "are unchanged, only the code around them differs"))
     elif dropped:
         row.cls = classify.PARTLY
         row.evidence += [f"already on {tag}, so dropped by the 3-way merge: {d}" for d in dropped]
@@ -747,7 +756,7 @@ def _scratch_workspace():
         ws = Path(tmp)
         shutil.copy2(real_root / "upstream.toml", ws)
         shutil.copytree(paths.patches_dir(), ws / "patches")
-        for extra in ("tests", "pyproject.toml"):  # the contract tests and their settings
+        for extra in ("tests", "vseries", "pyproject.toml"):  # contract tests, what they use
             src = real_root / extra
             if src.is_dir():
                 shutil.copytree(src, ws / extra, ignore=shutil.ignore_patterns("__pycache__"))

@@ -20,7 +20,7 @@ case $phase in
       --pythonpath "$SITE" --out "$R/upstream.md" --work "$R/junit"
     for t in base patched; do
       echo "=== contract tests, $t"
-      PYTHONPATH=$(pp "$t") timeout 150 python3 -P -m pytest -q -p no:cacheprovider -m contract \
+      PYTHONPATH=$(pp "$t"):$PWD timeout 150 python3 -P -m pytest -q -p no:cacheprovider -m contract \
         tests/contract -rA 2>&1 | tail -40 | tee "$R/contract-$t.txt"
     done
     ;;

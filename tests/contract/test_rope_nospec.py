@@ -37,13 +37,7 @@ pytestmark = pytest.mark.contract
 
 triton = pytest.importorskip("triton")
 
-# vseries lives at the workspace root. Append it, never prepend: the root also holds the vllm/
-# submodule, which must not shadow the vLLM tree under test (PYTHONPATH; pytest runs with -P).
-_ROOT = str(Path(__file__).resolve().parents[2])
-if _ROOT not in sys.path:
-    sys.path.append(_ROOT)
-
-from vseries import recompile  # noqa: E402
+from vseries import recompile  # noqa: E402  (after importorskip)
 
 CACHE_UTILS = "vllm.v1.attention.ops.deepseek_v4_ops.cache_utils"
 

@@ -8,7 +8,10 @@ with BLOCK_SIZE_M=16 tokens, and Triton then emits mma.sync for sm_90 (checked o
 The test asks the launcher of whatever vLLM is importable, `invoke_fused_moe_triton_kernel`,
 to launch a decode config on a mocked SM90 CUDA platform, records the Triton kernel and the
 arguments and constexprs it launches with (no GPU is touched), compiles exactly that
-specialisation for sm_90 with Triton's own binder, and asserts that the PTX holds wgmma. It
+specialisation for sm_90 with Triton's own binder (Triton 3.6 internals:
+`create_function_from_signature`, `JITFunction._pack_args`), and asserts that the PTX holds
+wgmma. Asking the launcher rather than a named decision function keeps the contract valid for
+any implementation of the swap, including a later upstream one. It
 runs on a CPU-only machine: the lead's conftest sets CUDA_VISIBLE_DEVICES="" before vLLM is
 imported, which keeps the real Triton in place of vLLM's placeholder.
 

@@ -10,12 +10,13 @@ and v0.33.0.
 import argparse
 import io
 import os
+import re
 import tarfile
 import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, git, make_patch
+from conftest import git, make_patch
 
 from vseries import apply, classify, materialise, rebase, series
 from vseries import pin as pinmod
@@ -139,7 +140,7 @@ def test_renamed_target_file_is_carried_with_3way_merge(two, index):
     rep = report_of(two)
     assert rows_of(rep)["0002-Kernel-a-five-and-thirty.patch"] == classify.THREE_WAY
     assert "a.py -> pkg/moved_a.py (file renamed upstream)" in rep
-    assert "now at line 5 (+3)" in rep  # hunk offsets are shown
+    assert "pkg/moved_a.py: 2 of 2 hunks moved (+3 lines)" in rep  # and the offsets
     new_patch = series.load()[1].path.read_text()
     assert "diff --git a/pkg/moved_a.py b/pkg/moved_a.py" in new_patch
     assert "thirty" in (two / "vllm" / "pkg" / "moved_a.py").read_text()
@@ -245,6 +246,33 @@ def test_continue_after_a_manual_fix(two, index):
     # the series options follow their patches (by position, whatever the file names)
     assert series.load()[0].contract == "tests/none_b.py"
 
+
+
+def test_upstream_going_part_of_the_way_is_partly_upstreamed_after_the_fix(tiny, index,
+                                                                           monkeypatch):
+    """Upstream changed the line the patch changes, toward the patch (one of two arguments):
+    the 3-way merge conflicts; after the fix the patch is reported partly upstreamed."""
+    monkeypatch.setenv("VSERIES_OFFLINE", "1")
+    vdir = tiny / "vllm"
+    p = make_patch(vdir, tiny / "patches",
+                   edit("a.py", "line 20\n", "@jit(skip=['num_tokens', 'stride_k'])\n"),
+                   "[Perf] no specialisation")
+    (tiny / "patches" / "series").write_text(p.name + "\n")
+    apply.apply()
+    publish(index, "0.99.0", {"a.py": A.replace("line 20\n", "@jit(skip=['num_tokens'])\n"),
+                              "b.py": "x = 1\n"})
+    with pytest.raises(SeriesError, match="conflicts") as e:
+        cli("v0.99.0", "--commit", FULL)
+    assert "||||||| " in str(e.value)  # diff3: the base is shown too
+    text = (vdir / "a.py").read_text()
+    fixed = re.sub(r"<<<<<<< .*?=======\n(.*?)>>>>>>> [^\n]*\n", r"\1", text, flags=re.S)
+    (vdir / "a.py").write_text(fixed)
+    git(vdir, "add", "a.py")
+    assert cli("--continue") == 0
+    rep = report_of(tiny)
+    assert list(rows_of(rep).values()) == [classify.PARTLY]
+    assert "v0.99.0 already went part of the way: it has `@jit(skip=['num_tokens'])`" in rep
+    assert "-@jit(skip=['num_tokens'])" in series.load()[0].path.read_text()
 
 def test_skip_drops_the_patch_and_records_it(two, index):
     publish(index, "0.99.0", {"a.py": A.replace("line 30\n", "THIRTY\n"), "b.py": "x = 1\n"})
