@@ -1,3 +1,4 @@
+# h200-trees: patched
 """Benchmark of the fp8-oracle patch: per-tensor FP8 fused MoE, TRITON vs a CUTLASS stand-in.
 
 The patch makes TRITON the default FP8 MoE backend on SM90 for per-tensor FP8 (it was

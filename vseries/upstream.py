@@ -27,12 +27,18 @@ def load_selections(path: Path) -> list[dict]:
 
 
 def run_selection(tree: Path, sel: dict, xml: Path, pythonpath: str) -> tuple[int, float]:
-    """Run one selection in one tree; returns (pytest exit code, wall time in s)."""
+    """Run one selection in one tree; returns (pytest exit code, wall time in s).
+
+    A selection's ``timeout`` (s) bounds it; a run that hits it returns 124 and keeps the
+    outcomes its JUnit file never got (so its tests count as absent, not passed)."""
     cmd = [sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", sel["path"],
            f"--junitxml={xml}"] + (["-k", sel["k"]] if sel.get("k") else [])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(tree), pythonpath) if p)}
     t = time.monotonic()
-    code = subprocess.run(cmd, cwd=tree, env=env).returncode
+    try:
+        code = subprocess.run(cmd, cwd=tree, env=env, timeout=sel.get("timeout")).returncode
+    except subprocess.TimeoutExpired:
+        code = 124
     return code, time.monotonic() - t
 
 
@@ -75,7 +81,10 @@ def compare(base: Path | None, patched: Path, sels: list[dict], work: Path,
             bres = outcomes(work / f"b{i}.xml")
             btxt = count(bres)
         lines.append(f"| {name} | {btxt} | {count(pres)} | {bt:.0f} / {pt:.0f} |")
-        if pres_code == 5 or not pres:
+        print("upstream:", lines[-1], flush=True)  # seen even if a host limit cuts the run
+        if pres_code == 124:
+            problems.append(f"{name}: timed out after {sel['timeout']} s on the patched tree")
+        elif pres_code == 5 or not pres:
             problems.append(f"{name}: collected no test on the patched tree")
         for tid, out in pres.items():
             if out in ("failed", "error") and bres.get(tid, "passed") == "passed":
