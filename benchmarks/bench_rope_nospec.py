@@ -110,6 +110,8 @@ def main() -> int:
     p.add_argument("--dump", help=f"also save the outputs at T in {DUMP_T} to this .pt file")
     p.add_argument("--heads", type=int, default=64, help="attention heads (default 64)")
     p.add_argument("--groups", type=int, default=8, help="output groups (default 8)")
+    p.add_argument("--graph-max-t", type=int, default=GRAPH_MAX_T,
+                   help="time steady state under CUDA-graph replay up to this T (default 64)")
     p.add_argument("--compare", nargs=2, metavar="PT", help="compare two --dump files instead")
     args = p.parse_args()
     if args.compare:
@@ -180,7 +182,7 @@ def main() -> int:
     compiles = [e for e in rec.events if e.kernel.endswith(ROPE_KERNEL)]
 
     for t in token_counts:
-        if t <= GRAPH_MAX_T:
+        if t <= args.graph_max_t:
             ms = triton.testing.do_bench_cudagraph(
                 lambda t=t: call(t), rep=100, return_mode="median"
             )
@@ -196,7 +198,7 @@ def main() -> int:
             ms * 1e3,
             bytes=moved,
             roofline_pct=round(pct, 1),
-            timing="cudagraph" if t <= GRAPH_MAX_T else "do_bench",
+            timing="cudagraph" if t <= args.graph_max_t else "do_bench",
         )
         print(f"T={t:6d} steady {ms * 1e3:9.2f} us  {pct:5.1f}% of read bandwidth", flush=True)
 

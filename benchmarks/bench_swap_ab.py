@@ -105,16 +105,17 @@ def routings(m: int, e: int, topk: int, n_sets: int, seed: int):
     return out
 
 
-def swap_choice(fm, config: dict, a_dtype: torch.dtype, b_dtype: torch.dtype):
-    """(swap_ab, tile) the patched launcher picks for config; (None, None) on a base tree."""
+def swap_choice(fm, config: dict, a_dtype: torch.dtype, b_dtype: torch.dtype, ks: tuple):
+    """(swap_ab per GEMM, tile of the first swapped one) that the patched launcher picks for
+    config, for the reduction sizes ks = (K of w13, K of w2); (None, None) on a base tree."""
     decide = getattr(fm, "get_fused_moe_swap_ab_config", None)
     if decide is None:
         return None, None
-    swap = decide(dict(config), a_dtype, b_dtype, device_id=torch.cuda.current_device())
-    if swap is None:
-        return False, None
+    dev = torch.cuda.current_device()
+    swaps = [decide(dict(config), a_dtype, b_dtype, device_id=dev, K=k) for k in ks]
     keys = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "num_warps", "num_stages")
-    return True, {k: swap[k] for k in keys}
+    tile = next(({k: sw[k] for k in keys} for sw in swaps if sw is not None), None)
+    return [sw is not None for sw in swaps], tile
 
 
 def cycling(call, inputs: list):
@@ -175,7 +176,7 @@ def bench_layer(args, read_bw: float) -> list[dict]:
                         w1.size(), w2.size(), topk, "fp8_w8a8" if dtype != "bf16" else None, batch
                     )
                     a_dtype = FP8 if dtype != "bf16" else torch.bfloat16
-                    swap, tile = swap_choice(fm, config, a_dtype, w1.dtype)
+                    swap, tile = swap_choice(fm, config, a_dtype, w1.dtype, (h, i))
                     row.update(
                         us=round(us, 2),
                         bytes=int(nbytes),

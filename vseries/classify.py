@@ -164,18 +164,29 @@ def conflict_hunks(vdir: Path, files: list[str], patch_text: str = "", most: int
     return out
 
 
-def toward_patch(line: str, original: str) -> bool:
-    """True when ``line`` (written by upstream where the patch changes the code) is closer to
-    one of the patch's added lines than the patch's own removed lines are: upstream went part
-    of the way the patch goes, rather than somewhere else."""
-    changed = [ln for hs in parse(original).values() for _, _, c in hs for ln in c]
-    minus = [ln[1:] for ln in changed if ln[:1] == "-"]
-    plus = [ln[1:] for ln in changed if ln[:1] == "+"]
-    if not plus:
-        return False
-    goal = max(plus, key=lambda p: SequenceMatcher(None, line, p).ratio())
-    ratio = SequenceMatcher(None, line, goal).ratio()
-    return ratio > 0.5 and all(ratio > SequenceMatcher(None, m, goal).ratio() for m in minus)
+def part_of_the_way(original: str, replayed: str, made: set[str]) -> list[str]:
+    """Lines showing that upstream already made part of the patch's change, when that is the
+    whole difference between the patch and its replay; else [].
+
+    A line counts when upstream wrote it (it is in ``made``) where the patch removes a line,
+    and it is closer to one of the patch's added lines than any line the replay no longer
+    removes is (upstream went part of the way the patch goes, e.g. one of two arguments).
+    """
+    old, new = _lines(parse(original)), _lines(parse(replayed))
+    extra, missing = new - old, old - new
+    removed = [ln[1:] for ln in missing if ln[:1] == "-"]
+    plus = [ln[1:] for ln in old if ln[:1] == "+"]
+    ratio = lambda a, b: SequenceMatcher(None, a, b).ratio()  # noqa: E731
+    taken = []
+    for ln in extra:
+        u = ln[1:]
+        if ln[:1] != "-" or u not in made or not removed or not plus:
+            return []
+        goal = max(plus, key=lambda p: ratio(u, p))
+        if ratio(u, goal) <= max([0.5] + [ratio(o, goal) for o in removed]):
+            return []
+        taken.append(u)
+    return taken
 
 
 # ---- evidence from git -----------------------------------------------------------------------
@@ -216,7 +227,7 @@ def contract_verdict(test: str, tree: Path) -> tuple[str, str]:
     failed = [(n, m) for n, k, m in cases if k in ("failure", "error")]
     asserted = [(n, m) for n, m in failed if m.startswith(("AssertionError", "assert ", "Failed:"))]
     skipped = [(n, m) for n, k, m in cases if k == "skipped"]
-    gpu = "" if _has_gpu() else ", which this host lacks"
+    gpu = "" if _has_gpu() else " (this host has no CUDA GPU)"
     skips = (f"; skipped: {skipped[0][1].splitlines()[0][:120]}"
              + (gpu if "cuda" in skipped[0][1].lower() or "gpu" in skipped[0][1].lower() else "")
              if skipped else "")

@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from vseries import apply, build, contract, materialise, refresh, testrun
+from vseries import apply, build, contract, materialise, rebase, refresh, testrun
 from vseries.errors import SeriesError
 
 
@@ -19,7 +19,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--source", choices=("auto", "git", "sdist"), default="auto",
                    help="git (shallow fetch), sdist (verified PyPI source release), or auto")
     p.set_defaults(func=_materialise)
-    for mod in (apply, refresh, build, contract, testrun):
+    for mod in (apply, refresh, build, contract, testrun, rebase):
         mod.add_parser(sub)
     return ap
 

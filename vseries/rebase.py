@@ -318,6 +318,9 @@ def start(target: str, commit: str | None = None, route: str = "auto",
     elif not git.is_repo(vdir):
         raise SeriesError("vllm/ is not materialised", "scripts/setup.sh")
     if target == pin.tag:
+        if check:  # the weekly CI check when no newer release is out: nothing to report
+            print(f"rebase --check: the series is already on {target}; nothing to check")
+            return 0
         raise SeriesError(f"the series is already on {target}")
     sd = state_dir()
     shutil.rmtree(sd / "backup", ignore_errors=True)  # a leftover of a start that failed early
@@ -493,17 +496,13 @@ def _carried(st: dict, row: Row, text: str, threeway: bool, resolved: bool = Fal
         return
     made = classify.upstream_made(vdir, st["old"]["commit"], st["new"]["base"],
                                   classify.touched(text) + classify.touched(replayed))
-    taken = [ln[1:] for ln in added if ln[:1] == "-" and ln[1:] in made
-             and classify.toward_patch(ln[1:], text)]
+    taken = classify.part_of_the_way(text, replayed, made)
     if taken:  # the replay starts from lines upstream wrote on the way to the patch's
         row.cls = classify.PARTLY
         row.evidence += [f"{tag} already went part of the way: it has `{ln.strip()}`"
                          for ln in taken]
-        rest = [ln for ln in added if ln[1:] not in taken]
         row.evidence.append("the rest is carried (the refreshed patch changes only that)"
-                            + ("; the conflict was resolved by hand" if resolved else "")
-                            + (f"; {len(rest)} other changed lines differ from the original, "
-                               "see the range-diff" if rest else ""))
+                            + ("; the conflict was resolved by hand" if resolved else ""))
     elif resolved or added:
         row.cls = classify.RESOLVED
         row.evidence.append("the conflict was resolved by hand; see the range-diff"
@@ -549,7 +548,8 @@ def _write_pin(rel: dict) -> None:
         i = next(i for i, ln in enumerate(lines) if ln.startswith("commit = "))
         lines.insert(i, f"{NOTE}commit is the synthetic commit made from {rel['source'][0]}; "
                         f"upstream's id is known only as {rel['upstream']} (vllm/_version.py). "
-                        f"Run scripts/rebase.sh again with --commit <full id> when known.\n")
+                        "With the full id: git -C vllm replace <full id> <this commit>, put "
+                        "the full id here, git update-index --cacheinfo 160000,<full id>,vllm\n")
     path.write_text("".join(lines))
 
 
@@ -660,7 +660,10 @@ def resume() -> int:
                               "scripts/rebase.sh --skip   # when the fix leaves nothing to add")
     if st["status"] == "conflict" and git.rev(vdir, "HEAD") != st["head"]:
         text = (state_dir() / "backup" / "patches" / row.name).read_text(errors="replace")
-        row.evidence = ["conflicted on the 3-way merge; fixed by hand and continued"]
+        files = next((m.group(1) for e in row.evidence
+                      if (m := re.search(r"unmerged files: (.*)", e))), "")
+        row.evidence = ["conflicted on the 3-way merge" + (f" in {files}" if files else "")
+                        + "; fixed by hand and continued"]
         row.cls = ""
         _carried(st, row, text, threeway=True, resolved=True)
     elif st["status"] in ("replaying", "conflict"):

@@ -13,7 +13,10 @@ The API, smallest first:
 
 - ``specialised_token_args(kernel, names)``: static; which of the named arguments the kernel's
   own JIT metadata (``params``, ``do_not_specialize``) still specialises. Runs on any host.
-- ``capture_launches(module, name)`` + ``specialisation_keys(kernel, launches)``: record the
+- ``find_kernel(locations)``: the kernel in whichever vLLM imports, from a tuple of known
+  locations (upstream moved the DeepSeek-V4 ops in v0.22.0 and wrapped the rope kernel in a
+  class later: ``ROPE_LOCATIONS``, ``QUANT_INSERT_LOCATIONS``); says which location it used.
+- ``capture_launches(kernel)`` + ``specialisation_keys(kernel, launches)``: record the
   arguments the real host code launches a kernel with (nothing is launched) and compute, with
   Triton's own binder for sm_90, the JIT cache key each launch selects. Runs on a CPU host.
 - ``ptx(kernel, launch)`` / ``ptx_code(text)``: compile one launch for sm_90 without a GPU, to
@@ -22,6 +25,9 @@ The API, smallest first:
   sweep and record every Triton compile (kernel, token count, milliseconds) through Triton's
   ``jit_cache_hook`` / ``jit_post_compile_hook``.
 
+- ``own_vllm_metadata()``: before vLLM is imported, make ``importlib.metadata`` describe the
+  vLLM tree under test, so that a plain upstream checkout keeps the real Triton on a CPU host.
+
 ``python -m vseries.recompile`` prints the audit table of the DeepSeek-V4 path and the MoE
 path (``AUDIT``); with CUDA present it also sweeps the rope kernel.
 """
@@ -29,24 +35,75 @@ path (``AUDIT``); with CUDA present it also sweeps the rope kernel.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import dataclasses
 import importlib
+import importlib.metadata
+import importlib.util
 import json
 import re
+import shutil
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 # The sweep of the rope patch's brief: warm up at one token, then token counts that hit every
 # specialisation class of the base kernel (1, multiple of 16, other; rounded up to 4 or not).
 WARMUP = 1
 SWEEP = (2, 3, 5, 16, 17, 31, 33, 128, 1000, 4096, 40000)
 
+# v0.21.0's names (the pin's; the benchmarks import them).
 ROPE_MODULE = "vllm.v1.attention.ops.deepseek_v4_ops.fused_inv_rope_fp8_quant"
 ROPE_KERNEL = "_fused_inv_rope_fp8_quant_per_head"
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelLocation:
+    """Where one release layout of vLLM keeps a Triton kernel.
+
+    Attributes:
+        module: dotted module name.
+        attr: attribute path of the ``JITFunction`` in that module: a name, or
+            ``Class.attribute`` for a kernel held by a class (a staticmethod).
+        since: the first release known to use this layout (for messages only).
+    """
+
+    module: str
+    attr: str
+    since: str
+
+    def __str__(self) -> str:
+        return f"{self.module}:{self.attr} ({self.since} layout)"
+
+
+# Module prefixes upstream moved after the pin: (old, new, release that moved them).
+MOVES = (
+    ("vllm.v1.attention.ops.deepseek_v4_ops.", "vllm.models.deepseek_v4.common.ops.", "v0.22.0"),
+)
+_DSV4_V22 = MOVES[0][1]
+
+# The rope kernel, oldest layout first. v0.22.0 moved the module (and stopped specialising
+# num_tokens); by v0.33.0 the kernel is the staticmethod `kernel` of FusedInvRopeFP8QuantKernel,
+# launched through vLLM's VllmTritonJitKernel (and scale_stride_k is unspecialised too). Every
+# layout keeps the host function `fused_inv_rope_fp8_quant` in the kernel's module.
+ROPE_LOCATIONS = (
+    KernelLocation(ROPE_MODULE, ROPE_KERNEL, "v0.21.0"),
+    KernelLocation(_DSV4_V22 + "fused_inv_rope_fp8_quant", ROPE_KERNEL, "v0.22.0"),
+    KernelLocation(
+        _DSV4_V22 + "fused_inv_rope_fp8_quant", "FusedInvRopeFP8QuantKernel.kernel", "v0.33.0"
+    ),
+)
+QUANT_INSERT_KERNEL = "quantize_and_insert_k_kernel"
+QUANT_INSERT_LOCATIONS = (
+    KernelLocation(MOVES[0][0] + "cache_utils", QUANT_INSERT_KERNEL, "v0.21.0"),
+    KernelLocation(_DSV4_V22 + "cache_utils", QUANT_INSERT_KERNEL, "v0.22.0"),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +125,17 @@ class KernelAudit:
     evidence: str
     action: str
     path: str
+
+    def locations(self) -> tuple[KernelLocation, ...]:
+        """Where the kernel may live in the vLLM under test: the pin's location, then the
+        locations of later releases (``MOVES``; ``ROPE_LOCATIONS`` for the rope kernel)."""
+        if (self.module, self.kernel) == (ROPE_MODULE, ROPE_KERNEL):
+            return ROPE_LOCATIONS
+        found = [KernelLocation(self.module, self.kernel, "v0.21.0")]
+        for old, new, since in MOVES:
+            if self.module.startswith(old):
+                found.append(KernelLocation(new + self.module[len(old) :], self.kernel, since))
+        return tuple(found)
 
 
 _DSV4 = "vllm.v1.attention.ops.deepseek_v4_ops."
@@ -268,6 +336,10 @@ AUDIT: tuple[KernelAudit, ...] = (
 )
 
 
+class NotATritonKernel(LookupError):
+    """The attribute exists but is not a Triton JITFunction (vLLM's Triton placeholder)."""
+
+
 def load_kernel(module: str, name: str) -> Any:
     """Import ``module`` and return its Triton kernel ``name``.
 
@@ -275,31 +347,130 @@ def load_kernel(module: str, name: str) -> Any:
         module: dotted module name (imported with importlib: vLLM's deepseek_v4_ops package
             re-exports functions under their module's name, so attribute access on the
             package would return the function, not the module).
-        name: attribute holding a ``triton.runtime.jit.JITFunction``.
+        name: attribute path of a ``triton.runtime.jit.JITFunction``: ``kernel`` or
+            ``Class.kernel``.
 
     Returns:
         The JITFunction.
 
     Raises:
-        LookupError: the module does not import, has no such attribute, or the attribute is
-            not a JITFunction (e.g. vLLM's Triton placeholder on a host without a driver: set
-            CUDA_VISIBLE_DEVICES="" before importing vLLM).
+        LookupError: the module does not import or has no such attribute.
+        NotATritonKernel: the attribute is not a JITFunction (e.g. vLLM's Triton placeholder
+            on a host without a driver: set CUDA_VISIBLE_DEVICES="" before importing vLLM,
+            and see ``own_vllm_metadata``).
     """
     from triton.runtime.jit import JITFunction
 
     try:
-        mod = importlib.import_module(module)
+        obj = importlib.import_module(module)
     except Exception as e:  # an ImportError, or a CUDA-only import on this host
         raise LookupError(f"cannot import {module}: {e}") from e
-    kernel = getattr(mod, name, None)
-    if kernel is None:
-        raise LookupError(f"{module} has no attribute {name}")
-    if not isinstance(kernel, JITFunction):
-        raise LookupError(
-            f"{module}.{name} is {type(kernel).__name__}, not a Triton "
-            'JITFunction (vLLM\'s Triton placeholder? set CUDA_VISIBLE_DEVICES="")'
+    for part in name.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise LookupError(f"{module} has no attribute {name}")
+    if not isinstance(obj, JITFunction):
+        raise NotATritonKernel(
+            f"{module}.{name} is {type(obj).__name__}, not a Triton JITFunction (vLLM's Triton "
+            'placeholder? set CUDA_VISIBLE_DEVICES="" and see recompile.own_vllm_metadata)'
         )
-    return kernel
+    return obj
+
+
+def find_kernel(locations: Iterable[KernelLocation]) -> tuple[Any, KernelLocation]:
+    """The kernel at the first of ``locations`` that holds one in the vLLM under test.
+
+    Args:
+        locations: candidate locations, e.g. ``ROPE_LOCATIONS``.
+
+    Returns:
+        (the JITFunction, the location it was found at).
+
+    Raises:
+        NotATritonKernel: a location holds the kernel's name but not a Triton kernel (the
+            placeholder decides for every location, so the search stops there).
+        LookupError: no location holds it; the message names each location and why.
+    """
+    tried = []
+    for loc in locations:
+        try:
+            return load_kernel(loc.module, loc.attr), loc
+        except NotATritonKernel:
+            raise
+        except LookupError as e:
+            tried.append(f"{loc}: {e}")
+    raise LookupError("no known location holds the kernel in this vLLM: " + "; ".join(tried))
+
+
+def rope_kernel() -> tuple[Any, KernelLocation]:
+    """The DeepSeek-V4 inverse-RoPE FP8 kernel of the vLLM under test and its location."""
+    return find_kernel(ROPE_LOCATIONS)
+
+
+def own_vllm_metadata() -> str | None:
+    """Make ``importlib.metadata`` describe the vLLM tree that ``import vllm`` will load.
+
+    Call it before vLLM is imported. vLLM v0.24.0 and later read the version of the installed
+    ``vllm`` distribution (``importlib.metadata.version("vllm")``) to tell a CPU build: with
+    "cpu" in it, and no CPU backend in Triton, ``vllm/triton_utils/importing.py`` puts its
+    Triton placeholder in place whatever ``CUDA_VISIBLE_DEVICES`` says (v0.33.0: through
+    ``vllm.platforms.vllm_version_matches_substr``, which also makes the platform CPU). A
+    plain checkout put first on PYTHONPATH (the base, or plain upstream in the rebase tool) has
+    no metadata of its own, so that question is answered by whichever vLLM is installed: in
+    this workspace the patched pin, labelled "0.21.0+cpu" because it was built against a
+    CPU-only torch. The newer tree then takes itself for a CPU build, and its kernels are not
+    Triton kernels. Here the tree gets a metadata entry of its own (``vllm-<version>.dist-info``
+    in a temporary directory put first on ``sys.path``, which importlib.metadata searches in
+    order; no module is importable from it), with the tree's version: from its
+    ``vllm/_version.py`` or ``PKG-INFO`` when it has one, else "0+unknown". An installed vLLM,
+    or a source release with its egg-info, keeps its own metadata.
+
+    Returns:
+        The version given to the tree, or None when nothing was done (vllm already imported,
+        not importable, or its metadata is its own).
+    """
+    if "vllm" in sys.modules:
+        return None
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.origin:
+        return None
+    tree = Path(spec.origin).resolve().parents[1]
+    try:
+        if _metadata_tree(importlib.metadata.distribution("vllm")) == tree:
+            return None
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    version = _tree_version(tree)
+    where = Path(tempfile.mkdtemp(prefix="vseries-vllm-metadata-"))
+    atexit.register(shutil.rmtree, where, ignore_errors=True)
+    info = where / f"vllm-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    # Names the tree, so that a second call (another contract module) sees it as the tree's.
+    url = {"url": tree.as_uri(), "dir_info": {"editable": True}}
+    (info / "direct_url.json").write_text(json.dumps(url))
+    sys.path.insert(0, str(where))
+    importlib.invalidate_caches()
+    return version
+
+
+def _metadata_tree(dist: importlib.metadata.Distribution) -> Path:
+    """The directory whose ``vllm/`` package a distribution's metadata describes."""
+    url = json.loads(dist.read_text("direct_url.json") or "{}")
+    if url.get("dir_info", {}).get("editable") and url.get("url", "").startswith("file:"):
+        return Path(unquote(urlparse(url["url"]).path)).resolve()
+    return Path(dist.locate_file("")).resolve()
+
+
+def _tree_version(tree: Path) -> str:
+    for path, pattern in (
+        (tree / "vllm" / "_version.py", r"__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)"),
+        (tree / "PKG-INFO", r"^Version:\s*(\S+)"),
+    ):
+        m = re.search(pattern, path.read_text(errors="replace"), re.M) if path.is_file() else None
+        if m:
+            return m.group(1)
+    return "0+unknown"
 
 
 def specialised_token_args(kernel: Any, names: Iterable[str]) -> list[str]:
@@ -338,47 +509,51 @@ class Launch:
     kwargs: dict
 
 
-class _LaunchRecorder:
-    """Stands in for a JITFunction during ``capture_launches``: records, launches nothing."""
-
-    def __init__(self, launches: list[Launch]):
-        self._launches = launches
-
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            self._launches.append(Launch(grid, args, kwargs))
-
-        return launch
-
-
 @contextlib.contextmanager
-def capture_launches(module: str, name: str) -> Iterator[list[Launch]]:
-    """Record the launches of kernel ``module.name`` made by the host code inside the block.
+def capture_launches(kernel: Any) -> Iterator[list[Launch]]:
+    """Record the launches of ``kernel`` made by the host code inside the block.
 
-    The module attribute is swapped for a recorder for the duration of the block and
-    restored afterwards, so host code that looks the kernel up at call time (as vLLM's
-    wrappers do) hands its real grid, arguments and options to the recorder. Nothing is
-    compiled or launched; host code may run on CPU tensors.
+    ``kernel[grid](...)`` calls the JITFunction's ``run``; the kernel object gets a ``run`` of
+    its own for the duration of the block, so whatever host code launches it (a module
+    function, or vLLM's VllmTritonJitKernel) hands its real grid, arguments and options to the
+    recorder. Nothing is compiled or launched; host code may run on CPU tensors.
 
     Args:
-        module: dotted module name holding the kernel.
-        name: the kernel's attribute name.
+        kernel: the ``JITFunction`` (e.g. from ``find_kernel``).
 
     Yields:
         The list that receives one ``Launch`` per launch.
-
-    Raises:
-        LookupError: as ``load_kernel``.
     """
-    load_kernel(module, name)
-    mod = sys.modules[module]
-    original = getattr(mod, name)
     launches: list[Launch] = []
-    setattr(mod, name, _LaunchRecorder(launches))
+
+    def record(*args, grid, warmup, **kwargs):
+        launches.append(Launch(grid, args, kwargs))
+
+    kernel.run = record
     try:
         yield launches
     finally:
-        setattr(mod, name, original)
+        del kernel.run
+
+
+@contextlib.contextmanager
+def replace_kernel(loc: KernelLocation, new: Any) -> Iterator[None]:
+    """Within the block, host code finds ``new`` at ``loc`` instead of the kernel there.
+
+    Args:
+        loc: where the kernel lives (from ``find_kernel``).
+        new: a JITFunction, e.g. ``triton.jit(kernel.fn)``, the fully specialised variant.
+    """
+    holder = importlib.import_module(loc.module)
+    *path, name = loc.attr.split(".")
+    for part in path:
+        holder = getattr(holder, part)
+    original = holder.__dict__[name]  # as stored: a staticmethod stays one
+    setattr(holder, name, staticmethod(new) if isinstance(original, staticmethod) else new)
+    try:
+        yield
+    finally:
+        setattr(holder, name, original)
 
 
 def _backend(target=None):
@@ -601,13 +776,17 @@ def rope_launches(
 
     Returns:
         One ``Launch`` per token count.
+
+    Raises:
+        LookupError: as ``find_kernel`` (no known location holds the rope kernel).
     """
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    mod = importlib.import_module(ROPE_MODULE)
+    kernel, loc = rope_kernel()
+    mod = importlib.import_module(loc.module)
     cache = torch.empty(4096, 64, dtype=torch.float32, device=device)
-    with capture_launches(ROPE_MODULE, ROPE_KERNEL) as launches:
+    with _pdl_as_on_hopper(), capture_launches(kernel) as launches:
         for t in token_counts:
             o = torch.empty(t, heads, 512, dtype=torch.bfloat16, device=device)
             positions = torch.zeros(t, dtype=torch.int64, device=device)
@@ -615,6 +794,25 @@ def rope_launches(
                 o, positions, cache, groups, heads // groups, tma_aligned_scales=tma_aligned_scales
             )
     return launches
+
+
+@contextlib.contextmanager
+def _pdl_as_on_hopper() -> Iterator[None]:
+    """On a host without CUDA, vLLM's platform says that PDL (programmatic dependent launch)
+    is not supported; an SM90 device says it is. v0.24.0's rope host code passes the kernel's
+    ``launch_pdl`` constexpr only then (and the launch fails to bind without it), so answer as
+    Hopper does while host code runs on the CPU."""
+    import torch
+    from vllm.platforms import current_platform
+
+    if torch.cuda.is_available() or not hasattr(current_platform, "is_arch_support_pdl"):
+        yield
+        return
+    current_platform.is_arch_support_pdl = lambda: True  # the instance's, over the class's
+    try:
+        yield
+    finally:
+        del current_platform.is_arch_support_pdl
 
 
 def _audit_rows(keys_for_rope: bool) -> list[dict]:
@@ -627,7 +825,8 @@ def _audit_rows(keys_for_rope: bool) -> list[dict]:
             "action": a.action,
         }
         try:
-            kernel = load_kernel(a.module, a.kernel)
+            kernel, loc = find_kernel(a.locations())
+            row["kernel"] = f"{loc.module.removeprefix('vllm.')}:{loc.attr}"
             spec = specialised_token_args(kernel, a.token_args)
             row["specialised"] = ", ".join(spec) or "none"
             row["do_not_specialize"] = ", ".join(map(str, kernel.do_not_specialize)) or "-"
@@ -637,7 +836,7 @@ def _audit_rows(keys_for_rope: bool) -> list[dict]:
         rows.append(row)
     if keys_for_rope:
         ts = [WARMUP, *SWEEP]
-        kernel = load_kernel(ROPE_MODULE, ROPE_KERNEL)
+        kernel, _ = rope_kernel()
         for tma in (False, True):
             keys = specialisation_keys(kernel, rope_launches(ts, tma_aligned_scales=tma))
             rows[0][f"keys_tma={tma}"] = (
@@ -650,7 +849,8 @@ def _audit_rows(keys_for_rope: bool) -> list[dict]:
 def _gpu_sweep() -> dict:
     import torch
 
-    mod = importlib.import_module(ROPE_MODULE)
+    _, loc = rope_kernel()
+    mod = importlib.import_module(loc.module)
     heads, groups = 16, 2
     cache = torch.randn(4096, 64, device="cuda", dtype=torch.float32)
 
@@ -660,9 +860,10 @@ def _gpu_sweep() -> dict:
         mod.fused_inv_rope_fp8_quant(o, positions, cache, groups, heads // groups)
 
     rec = sweep(run, sync=torch.cuda.synchronize)
-    events = rec.for_kernel(ROPE_KERNEL)
+    # CompileRecorder names a kernel module.function (the staticmethod's own name, `kernel`).
+    events = rec.for_kernel(f"{loc.module}.{loc.attr.rsplit('.', 1)[-1]}")
     return {
-        "kernel": ROPE_KERNEL,
+        "kernel": str(loc),
         "variants": len(events),
         "compiles": [{"T": e.token_count, "ms": round(e.ms, 1)} for e in events],
     }
@@ -699,6 +900,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = p.parse_args(argv)
 
+    own_vllm_metadata()  # before vLLM is imported: keep the real Triton on a CPU host
     rows = _audit_rows(args.keys)
     vllm = sys.modules.get("vllm")
     result: dict[str, Any] = {"vllm": getattr(vllm, "__file__", None), "audit": rows}

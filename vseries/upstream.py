@@ -101,13 +101,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base", type=Path, help="the unpatched tree (omit: patched only)")
     ap.add_argument("--patched", type=Path, required=True)
     ap.add_argument("--select", type=Path, default=HERE / "tests" / "upstream.toml")
-    ap.add_argument("--only", action="append", help="run only selections of this patch name")
+    ap.add_argument("--only", action="append",
+                    help="run only selections whose patch name or path contains this")
     ap.add_argument("--pythonpath", default="", help="extra PYTHONPATH (e.g. /root/site)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/vseries-upstream"))
     ap.add_argument("--out", type=Path, help="write the Markdown report here too")
     a = ap.parse_args(argv)
     sels = [s for s in load_selections(a.select)
-            if not a.only or any(o in s["patch"] for o in a.only)]
+            if not a.only or any(o in s["patch"] or o in s["path"] for o in a.only)]
     if not sels:
         print("upstream: no selection to run", file=sys.stderr)
         return 5

@@ -11,8 +11,17 @@ with FlashInfer's MoE kernels mocked as installed and DeepGEMM as absent (no GPU
 - per-tensor FP8 MoE (static or dynamic per-tensor activations), no EP, no user choice:
   TRITON;
 - an explicit user choice still wins: `moe_backend="flashinfer_cutlass"` (--moe-backend)
-  and VLLM_USE_FLASHINFER_MOE_FP8=1 both give FLASHINFER_CUTLASS;
+  and, in releases that have it (up to v0.22.0), VLLM_USE_FLASHINFER_MOE_FP8=1 both give
+  FLASHINFER_CUTLASS;
 - block FP8 keeps v0.21.0's rule: TRITON without EP, FLASHINFER_CUTLASS with EP.
+
+It runs against any release from v0.21.0 on: the FusedMoEConfig is built from the fields the
+release's signature takes, and the oracle runs inside a current VllmConfig as it does when
+vLLM builds a model (v0.33.0 asserts there is one). Where the contract cannot reach the
+decision (a config it cannot build, FlashInfer CUTLASS not made available by the mocks, an
+assert inside vLLM), the test errors with something other than an AssertionError, which the
+rebase tool reads as "could not decide": a TRITON answer only counts when FLASHINFER_CUTLASS
+was a real candidate.
 
 Base v0.21.0 fails the first case for static activations (FLASHINFER_CUTLASS); the patched
 tree passes. The lead's conftest sets CUDA_VISIBLE_DEVICES="" before vLLM is imported. Run:
@@ -23,6 +32,7 @@ tree passes. The lead's conftest sets CUDA_VISIBLE_DEVICES="" before vLLM is imp
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 
 import pytest
@@ -30,6 +40,11 @@ import pytest
 pytestmark = pytest.mark.contract
 
 torch = pytest.importorskip("torch")
+
+from vseries import recompile  # noqa: E402  (after importorskip)
+
+# Before vLLM is imported: a plain upstream tree must not take itself for a CPU build.
+recompile.own_vllm_metadata()
 
 # Availability checks the oracle's kernel classes call, mocked so that the answer does not
 # depend on what the host has installed. Patched in every loaded vllm module that bound the
@@ -55,13 +70,24 @@ _ORACLE_ENV = [
 
 @pytest.fixture
 def oracle(monkeypatch):
-    """The FP8 oracle module of the vLLM under test, on a mocked SM90 (9.0) CUDA platform."""
+    """The FP8 oracle module of the vLLM under test, on a mocked SM90 (9.0) CUDA platform,
+    inside a default current VllmConfig.
+
+    Raises:
+        RuntimeError: the mocks did not make FLASHINFER_CUTLASS a candidate for per-tensor
+            FP8 MoE in this release, so no answer of the oracle could decide the contract.
+    """
+    from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
     from vllm.model_executor.layers.fused_moe.oracle import fp8 as fp8_oracle
     from vllm.platforms import current_platform
     from vllm.platforms.interface import DeviceCapability, PlatformEnum
 
     for name in _ORACLE_ENV:
         monkeypatch.delenv(name, raising=False)
+    # The current config vLLM sets while it builds a model; v0.33.0's oracle reads its
+    # model_config (None here). Made before the mocks, on this host's device: the oracle does
+    # not read the device from it, and DeviceConfig cannot infer one on a host without a GPU.
+    vllm_config = VllmConfig(device_config=DeviceConfig(device="cpu"))
 
     cap = DeviceCapability(9, 0)
 
@@ -93,11 +119,37 @@ def oracle(monkeypatch):
         for fn_name, value in _AVAILABILITY.items():
             if callable(getattr(mod, fn_name, None)):
                 monkeypatch.setattr(mod, fn_name, lambda value=value: value)
-    return fp8_oracle
+    with set_current_vllm_config(vllm_config):
+        supported, reason = _flashinfer_cutlass_supports(fp8_oracle, "per_tensor_static")
+        if not supported:
+            raise RuntimeError(
+                "precondition: FLASHINFER_CUTLASS does not support per-tensor FP8 MoE on the "
+                f"mocked SM90 ({reason}); the mocks no longer reach this release's checks"
+            )
+        yield fp8_oracle
+
+
+def _flashinfer_cutlass_supports(oracle, quant: str) -> tuple[bool, str | None]:
+    """Whether a FLASHINFER_CUTLASS kernel class accepts the config (the oracle's own test)."""
+    reason = None
+    for k_cls in oracle.backend_to_kernel_cls(oracle.Fp8MoeBackend.FLASHINFER_CUTLASS):
+        supported, reason = k_cls.is_supported_config(
+            k_cls, _moe_config(), *_keys(quant), oracle.mk.FusedMoEActivationFormat.Standard
+        )
+        if supported:
+            return True, None
+    return False, reason
 
 
 def _moe_config(ep_size: int = 1, moe_backend: str = "auto"):
-    """A Qwen3-30B-A3B-like FusedMoEConfig (E=128, top-8, hidden 2048, intermediate 768)."""
+    """A Qwen3-30B-A3B-like FusedMoEConfig (E=128, top-8, hidden 2048, intermediate 768).
+
+    Built from the fields the release's FusedMoEConfig takes (read from its signature): v0.24.0
+    replaced the per-partition ``intermediate_size_per_partition`` by the full
+    ``intermediate_size`` (the same here: no tensor parallelism). A release that requires a
+    field this test does not know raises TypeError, which decides nothing (the rebase tool
+    reads it as "could not decide"), not an assertion.
+    """
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm.model_executor.layers.fused_moe.config import (
         FusedMoEConfig,
@@ -109,11 +161,11 @@ def _moe_config(ep_size: int = 1, moe_backend: str = "auto"):
     if ep_size > 1:
         parallel.ep_size = ep_size
         parallel.use_ep = True
-    return FusedMoEConfig(
+    fields = inspect.signature(FusedMoEConfig).parameters
+    values = dict(
         num_experts=128,
         experts_per_token=8,
         hidden_dim=2048,
-        intermediate_size_per_partition=768,
         num_local_experts=128 // ep_size,
         num_logical_experts=128,
         moe_parallel_config=parallel,
@@ -124,6 +176,15 @@ def _moe_config(ep_size: int = 1, moe_backend: str = "auto"):
         max_num_tokens=512,
         moe_backend=moe_backend,
     )
+    size = "intermediate_size" if "intermediate_size" in fields else "intermediate_size_per_partition"
+    values[size] = 768
+    unknown = [n for n, f in fields.items() if f.default is f.empty and n not in values]
+    if unknown or "moe_backend" not in fields:
+        raise TypeError(
+            f"this contract cannot build this release's FusedMoEConfig: it requires {unknown}"
+            if unknown else "this release's FusedMoEConfig takes no moe_backend"
+        )
+    return FusedMoEConfig(**{n: v for n, v in values.items() if n in fields})
 
 
 def _keys(name: str):
@@ -137,10 +198,21 @@ def _keys(name: str):
 
 
 def _select(oracle, config, quant: str) -> str:
-    backend, experts_cls = oracle.select_fp8_moe_backend(
-        config, *_keys(quant), allow_vllm_cutlass=False
-    )
-    assert experts_cls is not None
+    """The backend the oracle selects.
+
+    Raises:
+        RuntimeError: vLLM raised an AssertionError of its own (not a decision; as an
+            AssertionError it would read as "the patch is still needed"), or returned no
+            kernel class.
+    """
+    try:
+        backend, experts_cls = oracle.select_fp8_moe_backend(
+            config, *_keys(quant), allow_vllm_cutlass=False
+        )
+    except AssertionError as e:
+        raise RuntimeError(f"vLLM asserted inside select_fp8_moe_backend: {e}") from e
+    if experts_cls is None:
+        raise RuntimeError(f"select_fp8_moe_backend returned {backend} and no kernel class")
     return backend.value
 
 
@@ -155,6 +227,10 @@ def test_explicit_moe_backend_wins(oracle):
 
 
 def test_explicit_flashinfer_env_wins(oracle, monkeypatch):
+    from vllm import envs
+
+    if "VLLM_USE_FLASHINFER_MOE_FP8" not in envs.environment_variables:
+        pytest.skip("this release has no VLLM_USE_FLASHINFER_MOE_FP8 (removed by v0.24.0)")
     monkeypatch.setenv("VLLM_USE_FLASHINFER_MOE_FP8", "1")
     assert _select(oracle, _moe_config(), "per_tensor_static") == "FLASHINFER_CUTLASS"
 

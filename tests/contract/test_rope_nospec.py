@@ -7,28 +7,34 @@ and compiles a new variant for each combination. Measured on an H200 with v0.21.
 16; 200-540 ms each after the first), because ``num_tokens`` and the scale strides (multiples
 of the token count rounded up to 4) follow the token count.
 
-The contract:
-- CPU: the token-following arguments of the audited kernels are not specialised, read from
-  each kernel's own JIT metadata; and the rope kernel's real host code, run on CPU tensors,
-  selects one JIT cache key (computed with Triton's own binder for sm_90) for every token
-  count of the sweep, in both scale layouts. A guard also checks that giving the hints up
-  changes no instruction of the sm_90 PTX.
+The patch's promise: no integer argument whose value follows the token count is specialised
+in the rope kernel (``num_tokens``, ``scale_stride_k``, ``scale_stride_group``) or in
+``quantize_and_insert_k_kernel`` (``num_tokens``). The contract, against whichever vLLM
+imports first, finding each kernel wherever that release keeps it
+(``recompile.ROPE_LOCATIONS``: v0.21.0's deepseek_v4_ops, v0.22.0's
+vllm/models/deepseek_v4/common/ops/, v0.33.0's ``FusedInvRopeFP8QuantKernel.kernel``):
+- CPU: one test per (kernel, argument), read from the kernel's own JIT metadata, so that a
+  release that made part of the change passes those ids and fails the others (v0.22.0 stopped
+  specialising the rope kernel's ``num_tokens``, v0.33.0 also ``scale_stride_k``; neither
+  ``scale_stride_group`` nor ``quantize_and_insert_k_kernel``'s ``num_tokens``). And the rope
+  kernel's real host code, run on CPU tensors, selects one JIT cache key (computed with
+  Triton's own binder for sm_90) for every token count of the sweep, in both scale layouts.
+  A guard also checks that giving the hints up changes no instruction of the sm_90 PTX.
 - CUDA (skipped elsewhere): warm up at T=1, then the sweep compiles nothing more; outputs are
   bit-identical to a variant that specialises every integer argument (``triton.jit(kernel.fn)``,
   the base behaviour, built in-process) and match a float32 reference; the largest T, where
   the input offsets pass 2**31 elements, runs without an illegal memory access.
 
-Base v0.21.0 fails the CPU checks (4 variants; num_tokens, scale_stride_k specialised), the
-patched tree passes. Run from the workspace root:
+Base v0.21.0 fails the CPU checks (4 variants; every token argument specialised), the patched
+tree passes. A release where no known location holds a kernel fails with a LookupError, which
+the rebase tool reads as "could not decide", not as "still needed". Run from the workspace root:
     PYTHONPATH=<vllm tree> python -P -m pytest -m contract tests/contract/test_rope_nospec.py
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 import torch
@@ -39,32 +45,30 @@ triton = pytest.importorskip("triton")
 
 from vseries import recompile  # noqa: E402  (after importorskip)
 
-CACHE_UTILS = "vllm.v1.attention.ops.deepseek_v4_ops.cache_utils"
+# Before vLLM is imported: a plain upstream tree must not take itself for a CPU build.
+recompile.own_vllm_metadata()
 
-# Integer arguments whose value follows the token count (v0.21.0 names; see
-# docs/recompile-audit.md for how each one follows it).
-TOKEN_ARGS = {
-    (recompile.ROPE_MODULE, recompile.ROPE_KERNEL): (
-        "num_tokens",
-        "scale_stride_group",
-        "scale_stride_k",
-    ),
-    (CACHE_UTILS, "quantize_and_insert_k_kernel"): ("num_tokens",),
+KERNELS = {
+    "fused_inv_rope_fp8_quant": recompile.ROPE_LOCATIONS,
+    "quantize_and_insert_k": recompile.QUANT_INSERT_LOCATIONS,
 }
+# Integer arguments whose value follows the token count (see docs/recompile-audit.md for how
+# each one follows it), one test id each.
+TOKEN_ARGS = [
+    ("fused_inv_rope_fp8_quant", "num_tokens"),
+    ("fused_inv_rope_fp8_quant", "scale_stride_k"),
+    ("fused_inv_rope_fp8_quant", "scale_stride_group"),
+    ("quantize_and_insert_k", "num_tokens"),
+]
 
 TOKEN_COUNTS = [recompile.WARMUP, *recompile.SWEEP]
 
 
-def _rope_kernel():
-    return recompile.load_kernel(recompile.ROPE_MODULE, recompile.ROPE_KERNEL)
-
-
-@pytest.mark.parametrize("module,name", list(TOKEN_ARGS), ids=[k[1] for k in TOKEN_ARGS])
-def test_token_args_not_specialised(module, name):
-    kernel = recompile.load_kernel(module, name)
-    specialised = recompile.specialised_token_args(kernel, TOKEN_ARGS[(module, name)])
-    assert specialised == [], (
-        f"{name} still specialises {specialised}, which follow the token count "
+@pytest.mark.parametrize("kernel_name,arg", TOKEN_ARGS, ids=[f"{k}-{a}" for k, a in TOKEN_ARGS])
+def test_token_arg_not_specialised(kernel_name, arg):
+    kernel, loc = recompile.find_kernel(KERNELS[kernel_name])
+    assert recompile.specialised_token_args(kernel, [arg]) == [], (
+        f"{loc}: {arg} follows the token count and is still specialised "
         f"(do_not_specialize={kernel.do_not_specialize})"
     )
 
@@ -74,7 +78,7 @@ def test_token_args_not_specialised(module, name):
 @pytest.mark.parametrize("heads_per_group", [8, 2])
 @pytest.mark.parametrize("tma_aligned_scales", [False, True], ids=["sm90_fp32", "sm100_ue8m0"])
 def test_rope_one_jit_key_over_sweep(heads_per_group, tma_aligned_scales):
-    kernel = _rope_kernel()
+    kernel, loc = recompile.rope_kernel()
     launches = recompile.rope_launches(
         TOKEN_COUNTS, heads=2 * heads_per_group, groups=2, tma_aligned_scales=tma_aligned_scales
     )
@@ -83,7 +87,7 @@ def test_rope_one_jit_key_over_sweep(heads_per_group, tma_aligned_scales):
     for t, key in zip(TOKEN_COUNTS, keys, strict=True):
         first_seen.setdefault(key, t)
     assert len(first_seen) == 1, (
-        f"{len(first_seen)} JIT variants over T={TOKEN_COUNTS}, first compiled at "
+        f"{loc}: {len(first_seen)} JIT variants over T={TOKEN_COUNTS}, first compiled at "
         f"T={sorted(first_seen.values())}; arguments changing the key: "
         f"{recompile.changing_args(kernel, keys)}"
     )
@@ -93,12 +97,12 @@ def test_rope_ptx_unchanged_without_hints():
     """Guard, not a base/patched difference: at T=16 every integer argument is a multiple of
     16, so the fully specialised variant has every divisibility hint; the kernel as shipped
     must compile to the same sm_90 instructions (the hints fed no vectorised access)."""
-    kernel = _rope_kernel()
+    kernel, loc = recompile.rope_kernel()
     (launch,) = recompile.rope_launches([16])
     shipped = recompile.ptx_code(recompile.ptx(kernel, launch))
     specialised = recompile.ptx_code(recompile.ptx(triton.jit(kernel.fn), launch))
-    assert recompile.global_accesses(shipped) == recompile.global_accesses(specialised)
-    assert shipped == specialised
+    assert recompile.global_accesses(shipped) == recompile.global_accesses(specialised), loc
+    assert shipped == specialised, f"{loc}: sm_90 PTX differs from the fully specialised one"
 
 
 def _cos_sin_cache(max_pos: int, rope_dim: int, device: str) -> torch.Tensor:
@@ -153,8 +157,8 @@ def _assert_close_to_reference(fp8, scale, ref_fp8, ref_scale, t):
 )
 @torch.inference_mode()
 def test_rope_sweep_on_gpu(monkeypatch):
-    module = importlib.import_module(recompile.ROPE_MODULE)
-    kernel = getattr(module, recompile.ROPE_KERNEL)
+    kernel, loc = recompile.rope_kernel()
+    module = importlib.import_module(loc.module)
     fully_specialised = triton.jit(kernel.fn)  # what v0.21.0 does with every integer arg
     # Count only the variants this test compiles (other tests may have filled the cache).
     monkeypatch.setattr(kernel, "device_caches", defaultdict(kernel.create_binder))
@@ -173,8 +177,7 @@ def test_rope_sweep_on_gpu(monkeypatch):
         torch.cuda.synchronize()  # an illegal memory access raises here, at its own T
         if recompile.jit_variants(kernel) > before:
             compiled_at.append(t)
-        with monkeypatch.context() as m:
-            m.setattr(module, recompile.ROPE_KERNEL, fully_specialised)
+        with recompile.replace_kernel(loc, fully_specialised):
             spec_fp8, spec_scale = module.fused_inv_rope_fp8_quant(
                 o, positions, cache, groups, heads // groups
             )
@@ -186,7 +189,7 @@ def test_rope_sweep_on_gpu(monkeypatch):
         del o, fp8, scale, spec_fp8, spec_scale
 
     assert compiled_at == [recompile.WARMUP], (
-        f"compiled a variant at T={compiled_at}; expected one, at the warm-up T=1"
+        f"{loc}: compiled a variant at T={compiled_at}; expected one, at the warm-up T=1"
     )
     # The sweep must be able to fail: the fully specialised variant needs several.
     assert recompile.jit_variants(fully_specialised) > 1
