@@ -1,6 +1,7 @@
 """Turn benchmark JSON from the H200 into a Markdown table and a plot, base vs patched.
 
-    python benchmarks/report.py RESULTS.json [MORE.json ...] --ref base --out benchmarks/results/NAME
+    python benchmarks/report.py RESULTS.json [MORE.json ...] --ref base
+        --out benchmarks/results/NAME
 
 Rows of all inputs are matched on (case, dtype, batch); for every variant other than the
 reference, the ratio is reference time / variant time (> 1: the variant is faster). The
@@ -35,15 +36,20 @@ def table(rows: list[dict], ref: str) -> tuple[str, list[str]]:
     head = ["case", "dtype", "batch"] + [f"{v} us" for v in variants]
     head += [f"{v} / {ref}" for v in variants[1:]] + [f"{v} roofline %" for v in variants]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for (case, dtype, batch), vs in sorted(by_key.items(), key=lambda kv: (kv[0][0], kv[0][1],
-                                                                           kv[0][2])):
+    for (case, dtype, batch), vs in sorted(
+        by_key.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])
+    ):
         cells = [case, dtype, str(batch)]
         cells += [f"{vs[v]['us']:.1f}" if v in vs else "-" for v in variants]
         for v in variants[1:]:
             ok = v in vs and ref in vs and vs[v]["us"] > 0
             cells.append(f"{vs[ref]['us'] / vs[v]['us']:.3f}x" if ok else "-")
-        cells += [f"{vs[v]['roofline_pct']:.0f}" if v in vs and vs[v].get("roofline_pct")
-                  is not None else "-" for v in variants]
+        cells += [
+            f"{vs[v]['roofline_pct']:.0f}"
+            if v in vs and vs[v].get("roofline_pct") is not None
+            else "-"
+            for v in variants
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n", variants
 
@@ -60,15 +66,23 @@ def plot(rows: list[dict], variants: list[str], png: Path, title: str) -> None:
     fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 3.6 * nrows), squeeze=False)
     for ax, (case, dtype) in zip(axes.flat, panels, strict=False):
         for v in variants:
-            pts = sorted((r["batch"], r["us"]) for r in rows
-                         if r["case"] == case and r.get("dtype", "") == dtype and r["variant"] == v)
+            pts = sorted(
+                (r["batch"], r["us"])
+                for r in rows
+                if r["case"] == case and r.get("dtype", "") == dtype and r["variant"] == v
+            )
             if pts:
                 ax.plot(*zip(*pts, strict=True), marker="o", label=v)
-        ax.set(xscale="log", yscale="log", xlabel="tokens (batch)", ylabel="time (us)",
-               title=f"{case} {dtype}".strip())
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="tokens (batch)",
+            ylabel="time (us)",
+            title=f"{case} {dtype}".strip(),
+        )
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.suptitle(title)
     fig.tight_layout()
@@ -84,14 +98,18 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     rows, metas = load(a.inputs)
     text, variants = table(rows, a.ref)
-    meta = "\n".join(f"- `{m.get('variant')}`: `{m.get('command')}` on {m.get('device')}, "
-                     f"torch {m.get('torch')}, triton {m.get('triton')}, read bandwidth "
-                     f"{m.get('read_bw_GBps', 0):.0f} GB/s" for m in metas)
+    meta = "\n".join(
+        f"- `{m.get('variant')}`: `{m.get('command')}` on {m.get('device')}, "
+        f"torch {m.get('torch')}, triton {m.get('triton')}, read bandwidth "
+        f"{m.get('read_bw_GBps', 0):.0f} GB/s"
+        for m in metas
+    )
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.with_suffix(".md").write_text(
         f"# {a.title or a.out.name}\n\nProduced by:\n{meta}\n\n"
         f"Ratios are {a.ref} time / variant time (> 1: faster than {a.ref}). "
-        f"Plot: `{a.out.name}.png`.\n\n{text}")
+        f"Plot: `{a.out.name}.png`.\n\n{text}"
+    )
     plot(rows, variants, a.out.with_suffix(".png"), a.title or a.out.name)
     print(text)
     return 0

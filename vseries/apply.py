@@ -45,15 +45,19 @@ def explain(vdir: Path, patch: Path, am_output: str) -> str:
     ``git apply --check -v`` where the hunk stopped matching.
     """
     found = [m.group(0) for m in re.finditer(r"CONFLICT \([^)]*\): .*", am_output)]
-    p = subprocess.run(["git", "-C", str(vdir), "apply", "--check", "-v", str(patch)],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        ["git", "-C", str(vdir), "apply", "--check", "-v", str(patch)],
+        capture_output=True,
+        text=True,
+    )
     text = patch.read_text(errors="replace")
     for m in re.finditer(r"error: patch failed: (\S+):(\d+)", p.stderr):
         path, line = m.group(1), int(m.group(2))
         hunk = re.search(rf"^@@ -{line}(,\d+)? \+\d+(,\d+)? @@.*$", text, re.M)
         found.append(f"file {path}, hunk {hunk.group(0) if hunk else f'at line {line}'}")
-    for m in re.finditer(r"error: (\S+): (does not exist in index|No such file or directory)",
-                         p.stderr):
+    for m in re.finditer(
+        r"error: (\S+): (does not exist in index|No such file or directory)", p.stderr
+    ):
         found.append(f"file {m.group(1)} does not exist here (renamed or removed upstream?)")
     return "\n".join(f"  {x}" for x in dict.fromkeys(found)) or "  " + am_output.strip()[-400:]
 
@@ -76,26 +80,34 @@ def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
     entries = series.load()
     busy = git.in_progress(vdir)
     if busy:
-        raise SeriesError(f"vllm/ is in the middle of a {busy}",
-                          "git -C vllm am --continue   # after fixing, then scripts/refresh.sh; "
-                          "or: git -C vllm am --abort")
+        raise SeriesError(
+            f"vllm/ is in the middle of a {busy}",
+            "git -C vllm am --continue   # after fixing, then scripts/refresh.sh; "
+            "or: git -C vllm am --abort",
+        )
     pinned = pin.commit
     want = wanted_ids(vdir, entries)
     dirty = git.dirty(vdir)
     branch, head = git.head_branch(vdir), git.rev(vdir, "HEAD")
-    if branch == BRANCH and not dirty and git.ok(vdir, "merge-base", "--is-ancestor", pinned,
-                                                 "HEAD"):
+    if (
+        branch == BRANCH
+        and not dirty
+        and git.ok(vdir, "merge-base", "--is-ancestor", pinned, "HEAD")
+    ):
         have = [pid for _, pid in git.commit_patch_ids(vdir, pinned, "HEAD")]
         if have == want:
-            print(f"apply: vllm/ already holds the series ({len(want)} patches on "
-                  f"{pin.tag}); nothing changed")
+            print(
+                f"apply: vllm/ already holds the series ({len(want)} patches on "
+                f"{pin.tag}); nothing changed"
+            )
             return git.run(vdir, "rev-list", "--reverse", f"{pinned}..HEAD").split()
 
     at_risk = [f"uncommitted: {d}" for d in dirty[:10]]
     tips = {head} | ({git.rev(vdir, BRANCH)} if git.rev(vdir, BRANCH) else set())
     for tip in sorted(t for t in tips if t):
-        at_risk += [f"commit not in the series: {c}"
-                    for c in _foreign_commits(vdir, pinned, tip, want)]
+        at_risk += [
+            f"commit not in the series: {c}" for c in _foreign_commits(vdir, pinned, tip, want)
+        ]
     at_risk = list(dict.fromkeys(at_risk))
     stash = None
     if at_risk and not force:
@@ -103,7 +115,8 @@ def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
             "vllm/ holds work that applying the series would drop:\n"
             + "\n".join(f"  {x}" for x in at_risk),
             "scripts/refresh.sh   # export your commits into patches/ first; or "
-            "scripts/apply.sh --force   # keeps a backup ref, then resets")
+            "scripts/apply.sh --force   # keeps a backup ref, then resets",
+        )
     if at_risk:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         for i, tip in enumerate(sorted(t for t in tips if t)):
@@ -111,19 +124,36 @@ def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
             git.run(vdir, "update-ref", ref, tip)
             print(f"apply: backup of {tip[:12]} kept as {ref}")
         if dirty:
-            git.run(vdir, "stash", "push", "--include-untracked", "-m",
-                    f"vseries apply --force backup {stamp}", env=AM_ENV)
+            git.run(
+                vdir,
+                "stash",
+                "push",
+                "--include-untracked",
+                "-m",
+                f"vseries apply --force backup {stamp}",
+                env=AM_ENV,
+            )
             stash = git.rev(vdir, "stash@{0}")
             git.run(vdir, "update-ref", f"refs/vseries/backup/{stamp}-worktree", stash)
-            print(f"apply: uncommitted work stashed (git -C vllm stash show -p {stash[:12]}) "
-                  f"and kept as refs/vseries/backup/{stamp}-worktree")
+            print(
+                f"apply: uncommitted work stashed (git -C vllm stash show -p {stash[:12]}) "
+                f"and kept as refs/vseries/backup/{stamp}-worktree"
+            )
 
     orig = branch or head
     git.run(vdir, "checkout", "-q", "--detach", pinned)
     applied = []
     for e in entries:
-        out = git.run(vdir, "am", "-3", "-k", "--committer-date-is-author-date", str(e.path),
-                      check=False, env=AM_ENV)
+        out = git.run(
+            vdir,
+            "am",
+            "-3",
+            "-k",
+            "--committer-date-is-author-date",
+            str(e.path),
+            check=False,
+            env=AM_ENV,
+        )
         if not git.in_progress(vdir):
             applied.append(git.rev(vdir, "HEAD"))
             continue
@@ -132,7 +162,8 @@ def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
             raise SeriesError(
                 f"patch {e.name} does not apply; the am session is left open in vllm/:\n{why}",
                 "fix the files in vllm/, git -C vllm add them, git -C vllm am --continue, "
-                "then scripts/refresh.sh (or git -C vllm am --abort)")
+                "then scripts/refresh.sh (or git -C vllm am --abort)",
+            )
         git.run(vdir, "am", "--abort", check=False)
         git.run(vdir, "checkout", "-q", "-f", orig)
         if stash:
@@ -140,7 +171,8 @@ def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
         raise SeriesError(
             f"patch {e.name} does not apply on {pin.tag} + the patches before it; vllm/ is back "
             f"as it was ({orig[:12] if orig == head else orig}):\n{why}",
-            "scripts/apply.sh --keep-conflict   # stop at the conflict and fix it by hand")
+            "scripts/apply.sh --keep-conflict   # stop at the conflict and fix it by hand",
+        )
     git.run(vdir, "checkout", "-q", "-B", BRANCH)
     print(f"apply: {len(applied)} patches applied on {pin.tag} ({pinned[:12]}), branch {BRANCH}:")
     for c in applied:
@@ -155,9 +187,14 @@ def main(args) -> int:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("apply", help="reset vllm/ to the pin and apply patches/series")
-    p.add_argument("--force", action="store_true",
-                   help="drop uncommitted work and commits outside the series, after a backup")
-    p.add_argument("--keep-conflict", action="store_true",
-                   help="leave a failing git am open for a manual fix instead of rolling back")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="drop uncommitted work and commits outside the series, after a backup",
+    )
+    p.add_argument(
+        "--keep-conflict",
+        action="store_true",
+        help="leave a failing git am open for a manual fix instead of rolling back",
+    )
     p.set_defaults(func=main)
-

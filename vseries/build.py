@@ -24,8 +24,12 @@ def compiled_paths(entries: list[series.Entry]) -> list[str]:
     """Files under csrc/ (or the CMake build) that the series changes."""
     hits = []
     for e in entries:
-        out = subprocess.run(["git", "apply", "--numstat", str(e.path)], capture_output=True,
-                             text=True, cwd=paths.root()).stdout
+        out = subprocess.run(
+            ["git", "apply", "--numstat", str(e.path)],
+            capture_output=True,
+            text=True,
+            cwd=paths.root(),
+        ).stdout
         for line in out.splitlines():
             f = line.split("\t")[-1]
             if f.startswith(COMPILED):
@@ -37,8 +41,10 @@ def pip(*args: str) -> None:
     """Run this interpreter's pip; raises SeriesError naming the command on failure."""
     cmd = [sys.executable, "-m", "pip", *args]
     if subprocess.run(cmd).returncode != 0:
-        raise SeriesError(f"pip failed: {' '.join(cmd[2:])}",
-                          "check the network or the index; then scripts/setup.sh again")
+        raise SeriesError(
+            f"pip failed: {' '.join(cmd[2:])}",
+            "check the network or the index; then scripts/setup.sh again",
+        )
 
 
 def has_nvidia_driver() -> bool:
@@ -68,19 +74,27 @@ def probe(code: str) -> tuple[bool, str]:
 def summary(pin: pinmod.Pin, vdir: Path) -> None:
     """Print pin, source, patches applied, vllm.__version__ and whether the kernels load."""
     patches = git.run(vdir, "log", "--reverse", "--format=%h %s", f"{pin.commit}..HEAD")
-    ok_v, version = probe("import vllm, os; print(vllm.__version__, os.path.dirname(vllm.__file__))")
+    ok_v, version = probe(
+        "import vllm, os; print(vllm.__version__, os.path.dirname(vllm.__file__))"
+    )
     ok_k, kern = probe("import vllm._C, vllm._moe_C; print('loaded')")
     if ok_k:
         kernels = "release kernels load (vllm._C, vllm._moe_C)"
     elif "libcuda.so" in kern:
-        kernels = ("release kernels are installed but cannot load here: no NVIDIA driver "
-                   "(libcuda.so.1). Expected on a CPU-only host; they load on the H200.")
+        kernels = (
+            "release kernels are installed but cannot load here: no NVIDIA driver "
+            "(libcuda.so.1). Expected on a CPU-only host; they load on the H200."
+        )
     else:
         kernels = f"release kernels do NOT load: {kern}"
-    rows = [("pin", f"{pin.tag} {pin.commit}"), ("source", materialise.source_of(vdir)),
-            ("branch", git.head_branch(vdir) or "(detached)"),
-            ("vllm", version if ok_v else f"import failed: {version}"), ("kernels", kernels),
-            ("python", sys.executable)]
+    rows = [
+        ("pin", f"{pin.tag} {pin.commit}"),
+        ("source", materialise.source_of(vdir)),
+        ("branch", git.head_branch(vdir) or "(detached)"),
+        ("vllm", version if ok_v else f"import failed: {version}"),
+        ("kernels", kernels),
+        ("python", sys.executable),
+    ]
     print("\nsummary")
     for k, v in rows:
         print(f"  {k:8} {v}")
@@ -102,9 +116,11 @@ def build() -> None:
     if hits:
         raise SeriesError(
             "the series changes compiled code, so the release kernels would not match it:\n"
-            + "\n".join(f"  {h}" for h in hits) + "\nBuild from source for Hopper instead.",
+            + "\n".join(f"  {h}" for h in hits)
+            + "\nBuild from source for Hopper instead.",
             "TORCH_CUDA_ARCH_LIST=9.0a MAX_JOBS=16 pip install --no-build-isolation -e vllm"
-            "   # needs nvcc and the CUDA toolkit; about an hour")
+            "   # needs nvcc and the CUDA toolkit; about an hour",
+        )
     wheel = fetch.fetch(pin.package, pin.wheel)
     ok_t, tv = probe("import torch, triton; print(torch.__version__, triton.__version__)")
     if ok_t:
@@ -112,17 +128,31 @@ def build() -> None:
     else:
         pip("install", "-q", *torch_spec(pin))
     pip("install", "-q", "-r", str(vdir / "requirements" / "common.txt"))
-    env = {**os.environ, "VLLM_USE_PRECOMPILED": "1",
-           "VLLM_PRECOMPILED_WHEEL_LOCATION": str(wheel),
-           # setuptools-scm would call a patched tree "0.21.1.devN"; the release it is built
-           # on is the honest version, and the summary lists the patches on top.
-           "SETUPTOOLS_SCM_PRETEND_VERSION": pin.version}
-    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps",
-           "-e", str(vdir)]
+    env = {
+        **os.environ,
+        "VLLM_USE_PRECOMPILED": "1",
+        "VLLM_PRECOMPILED_WHEEL_LOCATION": str(wheel),
+        # setuptools-scm would call a patched tree "0.21.1.devN"; the release it is built
+        # on is the honest version, and the summary lists the patches on top.
+        "SETUPTOOLS_SCM_PRETEND_VERSION": pin.version,
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-build-isolation",
+        "--no-deps",
+        "-e",
+        str(vdir),
+    ]
     print(f"build: pip install -e vllm with the release kernels of {wheel.name}")
     if subprocess.run(cmd, env=env).returncode != 0:
-        raise SeriesError("the editable install of vllm/ failed (see pip's output above)",
-                          "scripts/build.sh   # after fixing what pip reported")
+        raise SeriesError(
+            "the editable install of vllm/ failed (see pip's output above)",
+            "scripts/build.sh   # after fixing what pip reported",
+        )
     summary(pin, vdir)
 
 

@@ -16,8 +16,12 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="vseries", description=__doc__)
     sub = ap.add_subparsers(dest="verb", required=True)
     p = sub.add_parser("materialise", help="make vllm/ a checkout of the pinned commit")
-    p.add_argument("--source", choices=("auto", "git", "sdist"), default="auto",
-                   help="git (shallow fetch), sdist (verified PyPI source release), or auto")
+    p.add_argument(
+        "--source",
+        choices=("auto", "git", "sdist"),
+        default="auto",
+        help="git (shallow fetch), sdist (verified PyPI source release), or auto",
+    )
     p.set_defaults(func=_materialise)
     for mod in (apply, refresh, build, contract, testrun, rebase):
         mod.add_parser(sub)

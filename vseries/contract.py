@@ -43,13 +43,38 @@ def run_one(test: str, tree: Path | None, extra: list[str] = ()) -> Result:
     env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")]).strip(":")
-    p = subprocess.run([sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        "-m", "contract", test, *extra],
-                       capture_output=True, text=True, env=env, cwd=paths.root())
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "contract",
+            test,
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=paths.root(),
+    )
     lines = [x for x in p.stdout.strip().splitlines() if x.strip()]
-    closing = next((x for x in reversed(lines) if re.search(r"\d+ (passed|failed|error|skipped|"
-                                                             r"deselected)|no tests ran", x)),
-                   (lines or ["(no output)"])[-1])
+    closing = next(
+        (
+            x
+            for x in reversed(lines)
+            if re.search(
+                r"\d+ (passed|failed|error|skipped|"
+                r"deselected)|no tests ran",
+                x,
+            )
+        ),
+        (lines or ["(no output)"])[-1],
+    )
     return Result(p.returncode, closing.strip("= "), str(tree or "installed vllm"))
 
 
@@ -60,8 +85,10 @@ def check_all(base: bool = True) -> list[tuple[series.Entry, Result, Result | No
     base_dir = worktree.base_tree() if base else None
     for e in series.load():
         if not e.contract:
-            raise SeriesError(f"patch {e.name} names no contract test in patches/series",
-                              f"add contract=tests/contract/test_<name>.py to its series line")
+            raise SeriesError(
+                f"patch {e.name} names no contract test in patches/series",
+                "add contract=tests/contract/test_<name>.py to its series line",
+            )
         if not (paths.root() / e.contract).exists():
             raise SeriesError(f"contract {e.contract} of {e.name} does not exist")
         patched = run_one(e.contract, None)
@@ -79,8 +106,7 @@ def report(rows) -> bool:
             verdict, good = "FAILS WITH THE PATCH", False
         elif base is not None and base.code == 0:
             verdict, good = "PASSES ON BASE: tests nothing", False
-        print(f"{e.name[:58]:58} {base.outcome if base else '-':10} {patched.outcome:10} "
-              f"{verdict}")
+        print(f"{e.name[:58]:58} {base.outcome if base else '-':10} {patched.outcome:10} {verdict}")
         print(f"    patched: {patched.line}")
         if base is not None:
             print(f"    base:    {base.line}")

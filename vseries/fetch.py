@@ -38,19 +38,25 @@ def url_for(project: str, filename: str, session: requests.Session) -> str:
         SeriesError: the index is unreachable, or lists no such file (e.g. an unknown tag).
     """
     try:
-        r = session.get(f"{INDEX}/{project}/", timeout=TIMEOUT_S,
-                        headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+        r = session.get(
+            f"{INDEX}/{project}/",
+            timeout=TIMEOUT_S,
+            headers={"Accept": "application/vnd.pypi.simple.v1+json"},
+        )
         r.raise_for_status()
     except requests.RequestException as e:
         raise SeriesError(
             f"cannot reach the package index {INDEX} to look up {filename}: {e}",
             "check the network or proxy, or put the file in the cache by hand "
-            f"({paths.cache_dir()}/{filename}) and run the command again") from None
+            f"({paths.cache_dir()}/{filename}) and run the command again",
+        ) from None
     for f in r.json().get("files", []):
         if f["filename"] == filename:
             return f["url"]
-    raise SeriesError(f"{INDEX}/{project}/ lists no file {filename}; is the tag or version right?",
-                      f"pip index versions {project}   # lists the released versions")
+    raise SeriesError(
+        f"{INDEX}/{project}/ lists no file {filename}; is the tag or version right?",
+        f"pip index versions {project}   # lists the released versions",
+    )
 
 
 def _download(url: str, part: Path, session: requests.Session, name: str) -> None:
@@ -64,9 +70,18 @@ def _download(url: str, part: Path, session: requests.Session, name: str) -> Non
             have = 0
         total = int(r.headers.get("Content-Length", 0)) + have
         mode = "ab" if have else "wb"
-        with open(part, mode) as f, tqdm(total=total or None, initial=have, unit="B",
-                                         unit_scale=True, unit_divisor=1024, desc=name,
-                                         disable=None) as bar:
+        with (
+            open(part, mode) as f,
+            tqdm(
+                total=total or None,
+                initial=have,
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1024,
+                desc=name,
+                disable=None,
+            ) as bar,
+        ):
             for block in r.iter_content(CHUNK):
                 f.write(block)
                 bar.update(len(block))
@@ -101,15 +116,20 @@ def fetch(project: str, art: Artefact, cache: Path | None = None) -> Path:
         except requests.RequestException as e:
             raise SeriesError(
                 f"download of {art.filename} broke off: {e} (the partial file is kept and "
-                "the next run resumes it)", "run the same command again") from None
+                "the next run resumes it)",
+                "run the same command again",
+            ) from None
         got = sha256_of(part)
         if got == art.sha256:
             part.rename(dest)
             return dest
         part.unlink()
-        print(f"fetch: {art.filename} has sha256 {got}, expected {art.sha256}"
-              + ("; fetching it again" if attempt == 1 else ""))
+        print(
+            f"fetch: {art.filename} has sha256 {got}, expected {art.sha256}"
+            + ("; fetching it again" if attempt == 1 else "")
+        )
     raise SeriesError(
         f"{art.filename} from {url} does not match the pin's sha256 {art.sha256}; nothing was "
         "kept. Either the index serves a different file or the pin is wrong.",
-        "compare with the digest PyPI shows for the file, then correct upstream.toml")
+        "compare with the digest PyPI shows for the file, then correct upstream.toml",
+    )

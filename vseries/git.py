@@ -9,11 +9,34 @@ from vseries.errors import SeriesError
 # Settings that would change what format-patch or am produce; fixed so that output is the
 # same on every machine whatever the user's ~/.gitconfig says.
 STABLE = [
-    "-c", "core.quotePath=true", "-c", "diff.noprefix=false", "-c", "diff.mnemonicPrefix=false",
-    "-c", "diff.algorithm=myers", "-c", "diff.renames=true", "-c", "diff.relative=false",
-    "-c", "format.signature=", "-c", "format.coverLetter=false", "-c", "format.numbered=false",
-    "-c", "am.keepcr=false", "-c", "am.threeWay=true", "-c", "color.ui=false",
-    "-c", "advice.detachedHead=false", "-c", "commit.gpgSign=false",
+    "-c",
+    "core.quotePath=true",
+    "-c",
+    "diff.noprefix=false",
+    "-c",
+    "diff.mnemonicPrefix=false",
+    "-c",
+    "diff.algorithm=myers",
+    "-c",
+    "diff.renames=true",
+    "-c",
+    "diff.relative=false",
+    "-c",
+    "format.signature=",
+    "-c",
+    "format.coverLetter=false",
+    "-c",
+    "format.numbered=false",
+    "-c",
+    "am.keepcr=false",
+    "-c",
+    "am.threeWay=true",
+    "-c",
+    "color.ui=false",
+    "-c",
+    "advice.detachedHead=false",
+    "-c",
+    "commit.gpgSign=false",
 ]
 
 
@@ -26,8 +49,9 @@ class GitError(SeriesError):
         super().__init__(f"git {' '.join(args)} failed in {cwd}:\n{output.strip()}")
 
 
-def run(repo: Path, *args: str, check: bool = True, env: dict | None = None,
-        input: str | None = None) -> str:
+def run(
+    repo: Path, *args: str, check: bool = True, env: dict | None = None, input: str | None = None
+) -> str:
     """Run ``git -C repo <args>`` with the stable settings; return stdout (stripped of one
     trailing newline).
 
@@ -35,8 +59,13 @@ def run(repo: Path, *args: str, check: bool = True, env: dict | None = None,
         GitError: when check is true and git exits non-zero (stdout+stderr in .output).
     """
     full_env = {**os.environ, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", **(env or {})}
-    p = subprocess.run(["git", "-C", str(repo), *STABLE, *args], capture_output=True, text=True,
-                       env=full_env, input=input)
+    p = subprocess.run(
+        ["git", "-C", str(repo), *STABLE, *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        input=input,
+    )
     if check and p.returncode != 0:
         raise GitError(list(args), p.stdout + p.stderr, repo)
     out = p.stdout
@@ -45,8 +74,14 @@ def run(repo: Path, *args: str, check: bool = True, env: dict | None = None,
 
 def ok(repo: Path, *args: str) -> bool:
     """True when ``git -C repo <args>`` exits 0."""
-    return subprocess.run(["git", "-C", str(repo), *STABLE, *args], capture_output=True,
-                          env={**os.environ, "LC_ALL": "C"}).returncode == 0
+    return (
+        subprocess.run(
+            ["git", "-C", str(repo), *STABLE, *args],
+            capture_output=True,
+            env={**os.environ, "LC_ALL": "C"},
+        ).returncode
+        == 0
+    )
 
 
 def is_repo(path: Path) -> bool:
@@ -77,8 +112,12 @@ def dirty(repo: Path) -> list[str]:
 def in_progress(repo: Path) -> str | None:
     """Name an unfinished am / rebase / merge / cherry-pick in repo, else None."""
     gitdir = Path(run(repo, "rev-parse", "--absolute-git-dir"))
-    for name, what in (("rebase-apply", "git am or rebase"), ("rebase-merge", "git rebase"),
-                       ("MERGE_HEAD", "git merge"), ("CHERRY_PICK_HEAD", "git cherry-pick")):
+    for name, what in (
+        ("rebase-apply", "git am or rebase"),
+        ("rebase-merge", "git rebase"),
+        ("MERGE_HEAD", "git merge"),
+        ("CHERRY_PICK_HEAD", "git cherry-pick"),
+    ):
         if (gitdir / name).exists():
             return what
     return None

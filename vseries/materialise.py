@@ -23,9 +23,12 @@ from vseries.errors import SeriesError
 GIT_TIMEOUT_S = int(os.environ.get("VSERIES_GIT_TIMEOUT", "300"))
 # Files a source release adds that the upstream repository does not track.
 SDIST_ONLY = ("PKG-INFO", "setup.cfg", "vllm/_version.py")
-IDENT = {"GIT_AUTHOR_NAME": "vLLM source release", "GIT_AUTHOR_EMAIL": "sdist@vseries.invalid",
-         "GIT_COMMITTER_NAME": "vLLM source release",
-         "GIT_COMMITTER_EMAIL": "sdist@vseries.invalid"}
+IDENT = {
+    "GIT_AUTHOR_NAME": "vLLM source release",
+    "GIT_AUTHOR_EMAIL": "sdist@vseries.invalid",
+    "GIT_COMMITTER_NAME": "vLLM source release",
+    "GIT_COMMITTER_EMAIL": "sdist@vseries.invalid",
+}
 
 
 def source_of(repo: Path) -> str:
@@ -77,9 +80,16 @@ def repo_from_sdist(tarball: Path, dest: Path, commit: str, tag: str, note: str)
     git.run(dest, "init", "-q")
     # -f: upstream force-adds a few files its own .gitignore matches (e.g. benchmark schemas).
     git.run(dest, "add", "-A", "-f")
-    git.run(dest, "commit", "-q", "--no-verify", "-m",
-            f"vLLM {tag} from source release {tarball.name}\n\n"
-            f"Stands in for upstream commit {commit} through refs/replace/{commit}.", env=env)
+    git.run(
+        dest,
+        "commit",
+        "-q",
+        "--no-verify",
+        "-m",
+        f"vLLM {tag} from source release {tarball.name}\n\n"
+        f"Stands in for upstream commit {commit} through refs/replace/{commit}.",
+        env=env,
+    )
     synthetic = git.rev(dest, "HEAD")
     git.run(dest, "update-ref", f"refs/replace/{commit}", synthetic)
     git.run(dest, "tag", "-a", "-f", "-m", f"vLLM {tag}", tag, commit, env=env)
@@ -90,13 +100,17 @@ def repo_from_sdist(tarball: Path, dest: Path, commit: str, tag: str, note: str)
 
 def _try_git(top: Path, pin: pinmod.Pin) -> bool:
     """Shallow-fetch the pinned commit as the submodule; False when the network says no."""
-    print(f"materialise: trying git ({pin.repo}, only {pin.commit[:12]}, "
-          f"at most {GIT_TIMEOUT_S} s)")
+    print(
+        f"materialise: trying git ({pin.repo}, only {pin.commit[:12]}, at most {GIT_TIMEOUT_S} s)"
+    )
     try:
         p = subprocess.run(
             ["git", "-C", str(top), "submodule", "update", "--init", "--depth", "1", "vllm"],
-            capture_output=True, text=True, timeout=GIT_TIMEOUT_S,
-            env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+            env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
+        )
     except subprocess.TimeoutExpired:
         print(f"materialise: git gave no answer in {GIT_TIMEOUT_S} s")
         return False
@@ -132,25 +146,35 @@ def ensure(route: str = "auto", quiet: bool = False) -> Path:
             raise SeriesError(
                 f"{vdir} is a checkout, but the pinned commit {pin.commit[:12]} is not in it",
                 f"git -C vllm fetch --depth 1 origin {pin.commit}   # or move vllm/ away and "
-                "run scripts/setup.sh")
+                "run scripts/setup.sh",
+            )
         if not quiet:
             print(f"materialise: vllm/ present ({source_of(vdir)})")
         return vdir
     if vdir.exists() and any(vdir.iterdir()):
-        raise SeriesError(f"{vdir} holds files but is not a git checkout; nothing was changed",
-                          f"mv {vdir} {vdir}.old && scripts/setup.sh")
+        raise SeriesError(
+            f"{vdir} holds files but is not a git checkout; nothing was changed",
+            f"mv {vdir} {vdir}.old && scripts/setup.sh",
+        )
     if route in ("auto", "git") and os.environ.get("VSERIES_OFFLINE") != "1":
         if _try_git(top, pin):
             print(f"materialise: vllm/ from git at {pin.commit[:12]}")
             return vdir
         if route == "git":
-            raise SeriesError("the git route failed and --source git was asked for",
-                              "scripts/setup.sh   # without --source, falls back to PyPI")
+            raise SeriesError(
+                "the git route failed and --source git was asked for",
+                "scripts/setup.sh   # without --source, falls back to PyPI",
+            )
     tarball = fetch.fetch(pin.package, pin.source)
     vdir.mkdir(exist_ok=True)
     try:
-        repo_from_sdist(tarball, vdir, pin.commit, pin.tag,
-                        f"sdist {pin.source.filename} sha256={pin.source.sha256}")
+        repo_from_sdist(
+            tarball,
+            vdir,
+            pin.commit,
+            pin.tag,
+            f"sdist {pin.source.filename} sha256={pin.source.sha256}",
+        )
     except BaseException:
         shutil.rmtree(vdir, ignore_errors=True)  # never leave a half-built tree
         vdir.mkdir(exist_ok=True)
@@ -158,6 +182,8 @@ def ensure(route: str = "auto", quiet: bool = False) -> Path:
     # Register it as the submodule and move its .git under the superproject's modules/.
     git.run(top, "submodule", "init", "vllm", check=False)
     git.run(top, "submodule", "absorbgitdirs", "vllm", check=False)
-    print(f"materialise: vllm/ from the verified source release {pin.source.filename} "
-          f"(no git route); HEAD {pin.commit[:12]} = {pin.tag} via git replace")
+    print(
+        f"materialise: vllm/ from the verified source release {pin.source.filename} "
+        f"(no git route); HEAD {pin.commit[:12]} = {pin.tag} via git replace"
+    )
     return vdir

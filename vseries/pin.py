@@ -67,9 +67,13 @@ def load(path: Path | None = None) -> Pin:
     try:
         up, src, whl = data["upstream"], data["source"], data["wheel"]
         pin = Pin(
-            repo=up["repo"], package=up["package"], tag=up["tag"], commit=up["commit"],
+            repo=up["repo"],
+            package=up["package"],
+            tag=up["tag"],
+            commit=up["commit"],
             source=Artefact(src["filename"], src["sha256"]),
-            wheel=Artefact(whl["filename"], whl["sha256"]), torch=whl["torch"],
+            wheel=Artefact(whl["filename"], whl["sha256"]),
+            torch=whl["torch"],
             triton=whl["triton"],
         )
     except KeyError as e:
@@ -89,11 +93,19 @@ def dump(pin: Pin, path: Path | None = None) -> None:
     section = ""
     out = []
     values = {
-        "upstream": {"repo": pin.repo, "package": pin.package, "tag": pin.tag,
-                     "commit": pin.commit},
+        "upstream": {
+            "repo": pin.repo,
+            "package": pin.package,
+            "tag": pin.tag,
+            "commit": pin.commit,
+        },
         "source": {"filename": pin.source.filename, "sha256": pin.source.sha256},
-        "wheel": {"filename": pin.wheel.filename, "sha256": pin.wheel.sha256,
-                  "torch": pin.torch, "triton": pin.triton},
+        "wheel": {
+            "filename": pin.wheel.filename,
+            "sha256": pin.wheel.sha256,
+            "torch": pin.torch,
+            "triton": pin.triton,
+        },
     }
     for line in text.splitlines(keepends=True):
         m = re.match(r"^\[(\w+)\]", line)

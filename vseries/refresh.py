@@ -13,8 +13,16 @@ from vseries import git, paths, series
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
 
-FORMAT = ["format-patch", "-k", "--zero-commit", "--no-signature", "--full-index",
-          "--no-numbered", "--no-cover-letter", "--stat=80"]
+FORMAT = [
+    "format-patch",
+    "-k",
+    "--zero-commit",
+    "--no-signature",
+    "--full-index",
+    "--no-numbered",
+    "--no-cover-letter",
+    "--stat=80",
+]
 
 
 def export(vdir: Path, base: str, tip: str, out: Path) -> list[Path]:
@@ -40,14 +48,20 @@ def refresh() -> dict[str, list[str]]:
         raise SeriesError("vllm/ is not materialised", "scripts/apply.sh")
     busy = git.in_progress(vdir)
     if busy:
-        raise SeriesError(f"vllm/ is in the middle of a {busy}; finish it first",
-                          "git -C vllm am --continue   # or --abort")
+        raise SeriesError(
+            f"vllm/ is in the middle of a {busy}; finish it first",
+            "git -C vllm am --continue   # or --abort",
+        )
     if git.dirty(vdir):
-        raise SeriesError("vllm/ has uncommitted changes; refresh exports commits only",
-                          "git -C vllm commit -a -s   # then scripts/refresh.sh")
+        raise SeriesError(
+            "vllm/ has uncommitted changes; refresh exports commits only",
+            "git -C vllm commit -a -s   # then scripts/refresh.sh",
+        )
     if not git.ok(vdir, "merge-base", "--is-ancestor", pin.commit, "HEAD"):
-        raise SeriesError(f"vllm/ HEAD does not descend from the pin {pin.tag}",
-                          "scripts/apply.sh   # or scripts/rebase.sh for a new upstream")
+        raise SeriesError(
+            f"vllm/ HEAD does not descend from the pin {pin.tag}",
+            "scripts/apply.sh   # or scripts/rebase.sh for a new upstream",
+        )
     fresh = not (paths.patches_dir() / "series").exists()
     header, old = ([], []) if fresh else series.read()
     by_name = {e.name: e for e in old}
@@ -74,12 +88,16 @@ def refresh() -> dict[str, list[str]]:
             e.path.unlink()
             report["removed"].append(e.name)
     if fresh:
-        header = ["# The series: patch files in order of application (git am -3 on the pin).",
-                  "# Options: contract=<test file> names the patch's workspace contract test."]
+        header = [
+            "# The series: patch files in order of application (git am -3 on the pin).",
+            "# Options: contract=<test file> names the patch's workspace contract test.",
+        ]
     series_changed = series.write(header, new_entries)
-    print(f"refresh: {len(new_entries)} patches; changed {len(report['changed'])}, unchanged "
-          f"{len(report['unchanged'])}, removed {len(report['removed'])}"
-          + ("; series rewritten" if series_changed else "; series unchanged"))
+    print(
+        f"refresh: {len(new_entries)} patches; changed {len(report['changed'])}, unchanged "
+        f"{len(report['unchanged'])}, removed {len(report['removed'])}"
+        + ("; series rewritten" if series_changed else "; series unchanged")
+    )
     for k in ("changed", "removed"):
         for n in report[k]:
             print(f"  {k}: {n}")

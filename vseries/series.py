@@ -93,20 +93,27 @@ def check_patch(patch: Path) -> None:
             ``git apply`` can read.
     """
     if not patch.is_file():
-        raise SeriesError(f"the series names {patch.name}, but {patch} does not exist",
-                          f"restore it (git checkout -- {patch.relative_to(paths.root())}) or "
-                          "remove its line from patches/series")
+        raise SeriesError(
+            f"the series names {patch.name}, but {patch} does not exist",
+            f"restore it (git checkout -- {patch.relative_to(paths.root())}) or "
+            "remove its line from patches/series",
+        )
     head = patch.read_bytes()[:4096].decode(errors="replace")
     if not re.search(r"^Subject: ", head, re.M) or not re.search(r"^From[ :]", head, re.M):
-        raise SeriesError(f"{patch.name} is not a patch email (no From/Subject header); "
-                          "patches are made with git format-patch",
-                          "scripts/refresh.sh   # re-exports the commits in vllm/ as patches")
-    p = subprocess.run(["git", "apply", "--numstat", str(patch)], capture_output=True, text=True,
-                       cwd=paths.root())
+        raise SeriesError(
+            f"{patch.name} is not a patch email (no From/Subject header); "
+            "patches are made with git format-patch",
+            "scripts/refresh.sh   # re-exports the commits in vllm/ as patches",
+        )
+    p = subprocess.run(
+        ["git", "apply", "--numstat", str(patch)], capture_output=True, text=True, cwd=paths.root()
+    )
     if p.returncode != 0 or not p.stdout.strip():
-        raise SeriesError(f"{patch.name} holds no diff git can read: "
-                          f"{(p.stderr.strip() or 'empty').splitlines()[0]}",
-                          "scripts/refresh.sh   # re-exports the commits in vllm/ as patches")
+        raise SeriesError(
+            f"{patch.name} holds no diff git can read: "
+            f"{(p.stderr.strip() or 'empty').splitlines()[0]}",
+            "scripts/refresh.sh   # re-exports the commits in vllm/ as patches",
+        )
 
 
 def load(validate: bool = True) -> list[Entry]:
@@ -127,6 +134,8 @@ def load(validate: bool = True) -> list[Entry]:
         check_patch(e.path)
     unlisted = sorted(p.name for p in paths.patches_dir().glob("*.patch") if p.name not in names)
     if unlisted:
-        raise SeriesError(f"patches/ holds {unlisted}, which patches/series does not list",
-                          "add them to patches/series in order, or delete them")
+        raise SeriesError(
+            f"patches/ holds {unlisted}, which patches/series does not list",
+            "add them to patches/series in order, or delete them",
+        )
     return entries

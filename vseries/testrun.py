@@ -18,25 +18,34 @@ TIERS = ("workspace", "contract", "upstream")
 
 def cuda_available() -> bool:
     """True when torch sees a CUDA device (checked in a fresh interpreter)."""
-    p = subprocess.run([sys.executable, "-c", "import torch,sys; "
-                        "sys.exit(0 if torch.cuda.is_available() else 1)"], capture_output=True)
+    p = subprocess.run(
+        [sys.executable, "-c", "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"],
+        capture_output=True,
+    )
     return p.returncode == 0
 
 
 def installed_tree_ok() -> None:
     """Refuse to test before the main job has run: vllm must import from vllm/."""
-    p = subprocess.run([sys.executable, "-c", "import importlib.util as u; "
-                        "print(u.find_spec('vllm').origin)"], capture_output=True, text=True,
-                       cwd="/")
+    p = subprocess.run(
+        [sys.executable, "-c", "import importlib.util as u; print(u.find_spec('vllm').origin)"],
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
     where = p.stdout.strip()
     if p.returncode != 0 or not where.startswith(str(paths.vllm_dir())):
-        raise SeriesError(f"vllm is not installed from {paths.vllm_dir()} ({where or 'absent'})",
-                          "scripts/setup.sh")
+        raise SeriesError(
+            f"vllm is not installed from {paths.vllm_dir()} ({where or 'absent'})",
+            "scripts/setup.sh",
+        )
 
 
 def tier_workspace() -> bool:
-    code = subprocess.call([sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                            "tests/workspace"], cwd=paths.root())
+    code = subprocess.call(
+        [sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/workspace"],
+        cwd=paths.root(),
+    )
     if code == 5:
         print("workspace tier: collected no test — that is a failure")
     return code == 0
@@ -48,13 +57,18 @@ def tier_contract() -> bool:
 
 def tier_upstream() -> bool | None:
     if not cuda_available():
-        print("upstream tier: not run — no CUDA device here. It runs vLLM's own kernel tests "
-              "(tests/upstream.toml) on base and patched; on an H200: scripts/test.sh "
-              "--tier upstream")
+        print(
+            "upstream tier: not run — no CUDA device here. It runs vLLM's own kernel tests "
+            "(tests/upstream.toml) on base and patched; on an H200: scripts/test.sh "
+            "--tier upstream"
+        )
         return None
-    text, ok = upstream.compare(worktree.base_tree(), paths.vllm_dir(),
-                                upstream.load_selections(paths.root() / "tests/upstream.toml"),
-                                paths.state_dir() / "upstream")
+    text, ok = upstream.compare(
+        worktree.base_tree(),
+        paths.vllm_dir(),
+        upstream.load_selections(paths.root() / "tests/upstream.toml"),
+        paths.state_dir() / "upstream",
+    )
     print(text)
     (paths.state_dir() / "upstream-report.md").write_text(text)
     return ok

@@ -31,8 +31,17 @@ def run_selection(tree: Path, sel: dict, xml: Path, pythonpath: str) -> tuple[in
 
     A selection's ``timeout`` (s) bounds it; a run that hits it returns 124 and keeps the
     outcomes its JUnit file never got (so its tests count as absent, not passed)."""
-    cmd = [sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", sel["path"],
-           f"--junitxml={xml}"] + (["-k", sel["k"]] if sel.get("k") else [])
+    cmd = [
+        sys.executable,
+        "-P",
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        sel["path"],
+        f"--junitxml={xml}",
+    ] + (["-k", sel["k"]] if sel.get("k") else [])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(tree), pythonpath) if p)}
     t = time.monotonic()
     try:
@@ -50,8 +59,15 @@ def outcomes(xml: Path) -> dict[str, str]:
     for case in ET.parse(xml).getroot().iter("testcase"):
         tid = f"{case.get('classname')}::{case.get('name')}"
         kinds = {child.tag for child in case}
-        result[tid] = ("failed" if "failure" in kinds else "error" if "error" in kinds
-                       else "skipped" if "skipped" in kinds else "passed")
+        result[tid] = (
+            "failed"
+            if "failure" in kinds
+            else "error"
+            if "error" in kinds
+            else "skipped"
+            if "skipped" in kinds
+            else "passed"
+        )
     return result
 
 
@@ -60,8 +76,9 @@ def count(res: dict[str, str]) -> str:
     return ", ".join(f"{v} {k}" for k, v in c.items() if v) or "none"
 
 
-def compare(base: Path | None, patched: Path, sels: list[dict], work: Path,
-            pythonpath: str = "") -> tuple[str, bool]:
+def compare(
+    base: Path | None, patched: Path, sels: list[dict], work: Path, pythonpath: str = ""
+) -> tuple[str, bool]:
     """Run every selection on both trees; returns (Markdown report, True when no regression).
 
     A regression: a test that passed on the base and fails/errors patched; a patched_only test
@@ -91,8 +108,11 @@ def compare(base: Path | None, patched: Path, sels: list[dict], work: Path,
                 was = bres.get(tid, "absent")
                 problems.append(f"{tid}: {out} patched, {was} on base")
     lines.append("")
-    lines += ["Regressions:"] + [f"- {p}" for p in problems] if problems else \
-        ["No regression: every test that passes on the base passes patched."]
+    lines += (
+        ["Regressions:"] + [f"- {p}" for p in problems]
+        if problems
+        else ["No regression: every test that passes on the base passes patched."]
+    )
     return "\n".join(lines) + "\n", not problems
 
 
@@ -101,14 +121,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base", type=Path, help="the unpatched tree (omit: patched only)")
     ap.add_argument("--patched", type=Path, required=True)
     ap.add_argument("--select", type=Path, default=HERE / "tests" / "upstream.toml")
-    ap.add_argument("--only", action="append",
-                    help="run only selections whose patch name or path contains this")
+    ap.add_argument(
+        "--only", action="append", help="run only selections whose patch name or path contains this"
+    )
     ap.add_argument("--pythonpath", default="", help="extra PYTHONPATH (e.g. /root/site)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/vseries-upstream"))
     ap.add_argument("--out", type=Path, help="write the Markdown report here too")
     a = ap.parse_args(argv)
-    sels = [s for s in load_selections(a.select)
-            if not a.only or any(o in s["patch"] or o in s["path"] for o in a.only)]
+    sels = [
+        s
+        for s in load_selections(a.select)
+        if not a.only or any(o in s["patch"] or o in s["path"] for o in a.only)
+    ]
     if not sels:
         print("upstream: no selection to run", file=sys.stderr)
         return 5

@@ -6,8 +6,7 @@ from pathlib import Path
 from vseries import git, paths
 from vseries import pin as pinmod
 
-KERNELS = ("_C.abi3.so", "_moe_C.abi3.so", "_C_stable_libtorch.abi3.so",
-           "cumem_allocator.abi3.so")
+KERNELS = ("_C.abi3.so", "_moe_C.abi3.so", "_C_stable_libtorch.abi3.so", "cumem_allocator.abi3.so")
 
 
 def base_tree() -> Path:

@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 @pytest.fixture(scope="session")
@@ -75,8 +76,11 @@ def tiny(tmp_path, monkeypatch) -> Path:
     commit = git(up, "rev-parse", "HEAD")
     git(up, "checkout", "-q", "--detach")
     git(up, "config", "vseries.source", "synthetic")
-    text = (ROOT / "upstream.toml").read_text().replace(pinmod.load(ROOT / "upstream.toml").commit,
-                                                        commit)
+    text = (
+        (ROOT / "upstream.toml")
+        .read_text()
+        .replace(pinmod.load(ROOT / "upstream.toml").commit, commit)
+    )
     (root / "upstream.toml").write_text(text)
     (root / "patches").mkdir()
     (root / "patches" / "series").write_text("")
@@ -91,8 +95,7 @@ def make_patch(repo: Path, out: Path, edit, subject: str) -> Path:
     edit(repo)
     git(repo, "add", "-A")
     git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qs", "-m", subject)
-    name = git(repo, "format-patch", "-k", "--zero-commit", "--no-signature", "-1", "-o",
-               str(out))
+    name = git(repo, "format-patch", "-k", "--zero-commit", "--no-signature", "-1", "-o", str(out))
     git(repo, "checkout", "-q", "--detach", start)
     git(repo, "branch", "-q", "-D", "scratch")
     return Path(name)
@@ -106,10 +109,18 @@ class _Index(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         if self.path.startswith("/simple/"):
-            body = json.dumps({"files": [
-                {"filename": n, "url": f"http://{self.headers['Host']}/files/{n}",
-                 "hashes": {"sha256": hashlib.sha256(d).hexdigest()}}
-                for n, d in self.files.items()]}).encode()
+            body = json.dumps(
+                {
+                    "files": [
+                        {
+                            "filename": n,
+                            "url": f"http://{self.headers['Host']}/files/{n}",
+                            "hashes": {"sha256": hashlib.sha256(d).hexdigest()},
+                        }
+                        for n, d in self.files.items()
+                    ]
+                }
+            ).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()

@@ -74,15 +74,19 @@ def test_force_stashes_uncommitted_work(ws):
 
 def test_failing_patch_rolls_back_and_names_file_and_hunk(tiny):
     vdir = tiny / "vllm"
-    good = make_patch(vdir, tiny / "patches", lambda r: (r / "b.py").write_text("x = 2\n"),
-                      "[Perf] good")
+    good = make_patch(
+        vdir, tiny / "patches", lambda r: (r / "b.py").write_text("x = 2\n"), "[Perf] good"
+    )
     # A patch made against a different a.py: its context is not in the pin's a.py.
     git(vdir, "checkout", "-q", "-b", "elsewhere")
     (vdir / "a.py").write_text("other\n" * 40)
     git(vdir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "elsewhere")
-    bad = make_patch(vdir, tiny / "patches",
-                     lambda r: (r / "a.py").write_text("other\n" * 20 + "changed\n" + "other\n" * 19),
-                     "[Perf] stale")
+    bad = make_patch(
+        vdir,
+        tiny / "patches",
+        lambda r: (r / "a.py").write_text("other\n" * 20 + "changed\n" + "other\n" * 19),
+        "[Perf] stale",
+    )
     git(vdir, "checkout", "-q", "--detach", "HEAD~1")
     git(vdir, "branch", "-q", "-D", "elsewhere")
     git(vdir, "reflog", "expire", "--expire=now", "--all")
@@ -144,10 +148,14 @@ def test_crlf_patch_applies(tiny):
 
 def test_patch_follows_a_renamed_file(tiny):
     vdir = tiny / "vllm"
-    p = make_patch(vdir, tiny / "patches",
-                   lambda r: (r / "a.py").write_text((r / "a.py").read_text()
-                                                     .replace("line 20\n", "line twenty\n")),
-                   "[P] a")
+    p = make_patch(
+        vdir,
+        tiny / "patches",
+        lambda r: (r / "a.py").write_text(
+            (r / "a.py").read_text().replace("line 20\n", "line twenty\n")
+        ),
+        "[P] a",
+    )
     git(vdir, "mv", "a.py", "moved.py")
     git(vdir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "upstream rename")
     pin_text = (tiny / "upstream.toml").read_text()

@@ -20,12 +20,13 @@ def test_series_touching_csrc_is_refused_with_the_source_recipe(tiny, monkeypatc
     monkeypatch.setattr(build.fetch, "fetch", lambda *a: pytest.fail("must not download"))
     with pytest.raises(SeriesError, match="changes compiled code") as e:
         build.build()
-    assert 'TORCH_CUDA_ARCH_LIST=9.0a' in str(e.value)
+    assert "TORCH_CUDA_ARCH_LIST=9.0a" in str(e.value)
 
 
 def test_python_only_series_is_not_compiled(tiny):
-    p = make_patch(tiny / "vllm", tiny / "patches", lambda r: (r / "b.py").write_text("x=2\n"),
-                   "[P] b")
+    p = make_patch(
+        tiny / "vllm", tiny / "patches", lambda r: (r / "b.py").write_text("x=2\n"), "[P] b"
+    )
     (tiny / "patches" / "series").write_text(p.name + "\n")
     assert build.compiled_paths(series.load()) == []
 

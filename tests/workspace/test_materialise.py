@@ -31,8 +31,12 @@ def superproject(tmp_path, pin, monkeypatch):
 def test_source_release_route_gives_a_clean_submodule(superproject, pin, capsys):
     vdir = materialise.ensure()
     assert "verified source release" in capsys.readouterr().out
-    status = subprocess.run(["git", "-C", str(superproject), "submodule", "status"],
-                            capture_output=True, text=True, check=True).stdout
+    status = subprocess.run(
+        ["git", "-C", str(superproject), "submodule", "status"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert status == f" {pin.commit} vllm (v0.21.0)\n"  # leading space: clean, at the gitlink
     assert git(vdir, "describe") == "v0.21.0"
     assert materialise.source_of(vdir).startswith(f"sdist {pin.source.filename}")
@@ -52,8 +56,14 @@ def test_files_in_vllm_that_are_no_checkout_are_kept(superproject):
 
 def test_git_route_without_network_falls_back(superproject, monkeypatch, capsys):
     monkeypatch.delenv("VSERIES_OFFLINE")
-    git(superproject, "config", "-f", ".gitmodules", "submodule.vllm.url",
-        "http://127.0.0.1:9/vllm.git")  # refused at once, like a host with no route
+    git(
+        superproject,
+        "config",
+        "-f",
+        ".gitmodules",
+        "submodule.vllm.url",
+        "http://127.0.0.1:9/vllm.git",
+    )  # refused at once, like a host with no route
     with pytest.raises(SeriesError, match="git route failed"):
         materialise.ensure("git")
     assert "git route failed" in capsys.readouterr().out
@@ -62,6 +72,7 @@ def test_git_route_without_network_falls_back(superproject, monkeypatch, capsys)
 
 def test_real_workspace_submodule_is_registered():
     """The committed gitlink is the pin (what `git submodule status` compares against)."""
-    out = subprocess.run(["git", "-C", str(paths.ROOT), "ls-files", "-s", "vllm"],
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["git", "-C", str(paths.ROOT), "ls-files", "-s", "vllm"], capture_output=True, text=True
+    ).stdout
     assert out.startswith("160000 9da56fd18b95ff1b11360e8400f7c41b126d190b")

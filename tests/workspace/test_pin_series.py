@@ -13,11 +13,14 @@ def test_real_pin_names_v0_21_0(pin):
     assert pin.source.filename == "vllm-0.21.0.tar.gz"
 
 
-@pytest.mark.parametrize("bad, msg", [
-    ('commit = "9da56fd"', "not a 40-hex commit id"),
-    ('sha256 = "xyz"', "malformed"),
-    ("[upstream", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "bad, msg",
+    [
+        ('commit = "9da56fd"', "not a 40-hex commit id"),
+        ('sha256 = "xyz"', "malformed"),
+        ("[upstream", "not valid TOML"),
+    ],
+)
 def test_malformed_pin_is_refused(tmp_path, bad, msg):
     text = (paths.ROOT / "upstream.toml").read_text()
     key = bad.split(" =")[0] if "=" in bad else None

@@ -25,12 +25,24 @@ def test_refresh_exports_an_edit_and_keeps_options(tiny):
     (tiny / "patches" / "series").write_text(f"# my header\n{p.name} contract=tests/c.py\n")
     apply.apply()
     (vdir / "b.py").write_text("x = 3\n")
-    git(vdir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--amend", "-a",
-        "--no-edit")
+    git(
+        vdir,
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-q",
+        "--amend",
+        "-a",
+        "--no-edit",
+    )
     report = refresh.refresh()
     assert report["changed"] == [p.name]
     assert "+x = 3" in p.read_text()
-    assert (tiny / "patches" / "series").read_text() == f"# my header\n{p.name} contract=tests/c.py\n"
+    assert (
+        tiny / "patches" / "series"
+    ).read_text() == f"# my header\n{p.name} contract=tests/c.py\n"
     apply.apply()  # the refreshed series is what vllm/ holds: nothing to do
     assert series.load()[0].contract == "tests/c.py"
 

@@ -23,8 +23,9 @@ def tree(path, value):
 
 def test_regression_is_reported(tmp_path):
     base, patched = tree(tmp_path / "b", 1), tree(tmp_path / "p", 2)
-    text, ok = upstream.compare(base, patched, [{"patch": "x", "path": "tests/test_k.py"}],
-                                tmp_path / "w")
+    text, ok = upstream.compare(
+        base, patched, [{"patch": "x", "path": "tests/test_k.py"}], tmp_path / "w"
+    )
     assert not ok
     assert "test_changed: failed patched, passed on base" in text
     assert "| 2 passed | 1 passed, 1 failed |" in text
@@ -32,13 +33,18 @@ def test_regression_is_reported(tmp_path):
 
 def test_no_regression(tmp_path):
     base, patched = tree(tmp_path / "b", 1), tree(tmp_path / "p", 1)
-    text, ok = upstream.compare(base, patched, [{"patch": "x", "path": "tests/test_k.py"}],
-                                tmp_path / "w")
+    text, ok = upstream.compare(
+        base, patched, [{"patch": "x", "path": "tests/test_k.py"}], tmp_path / "w"
+    )
     assert ok and "No regression" in text
 
 
 def test_selection_collecting_nothing_fails(tmp_path):
     base, patched = tree(tmp_path / "b", 1), tree(tmp_path / "p", 1)
-    text, ok = upstream.compare(base, patched, [{"patch": "x", "path": "tests/test_k.py",
-                                                 "k": "no_such_test"}], tmp_path / "w")
+    text, ok = upstream.compare(
+        base,
+        patched,
+        [{"patch": "x", "path": "tests/test_k.py", "k": "no_such_test"}],
+        tmp_path / "w",
+    )
     assert not ok and "collected no test" in text
