@@ -9,11 +9,10 @@ rebase tool's question "does plain upstream already keep this contract?".
 import os
 import re
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from vseries import paths, series, worktree
+from vseries import paths, series, upstream, worktree
 from vseries.errors import SeriesError
 
 # pytest exit codes: 0 passed, 1 some failed, 5 nothing collected (a failure here).
@@ -45,13 +44,7 @@ def run_one(test: str, tree: Path | None, extra: list[str] = ()) -> Result:
         env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")]).strip(":")
     p = subprocess.run(
         [
-            sys.executable,
-            "-P",
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
+            *upstream.PYTEST,
             "-m",
             "contract",
             test,

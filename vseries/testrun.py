@@ -43,7 +43,7 @@ def installed_tree_ok() -> None:
 
 def tier_workspace() -> bool:
     code = subprocess.call(
-        [sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/workspace"],
+        [*upstream.PYTEST, "tests/workspace"],
         cwd=paths.root(),
     )
     if code == 5:

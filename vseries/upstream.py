@@ -19,6 +19,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
+# pytest in a fresh interpreter: -P keeps the working directory (the workspace root, whose
+# vllm/ folder would shadow the tree under test) off sys.path; no cache files in the trees.
+PYTEST = [sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
 
 
 def load_selections(path: Path) -> list[dict]:
@@ -32,13 +35,7 @@ def run_selection(tree: Path, sel: dict, xml: Path, pythonpath: str) -> tuple[in
     A selection's ``timeout`` (s) bounds it; a run that hits it returns 124 and keeps the
     outcomes its JUnit file never got (so its tests count as absent, not passed)."""
     cmd = [
-        sys.executable,
-        "-P",
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
+        *PYTEST,
         sel["path"],
         f"--junitxml={xml}",
     ] + (["-k", sel["k"]] if sel.get("k") else [])
