@@ -28,18 +28,26 @@ def load(files: list[Path]) -> tuple[list[dict], list[dict]]:
 
 
 def table(rows: list[dict], ref: str) -> tuple[str, list[str]]:
-    """Markdown table and the variant names, reference first."""
+    """Markdown table and the variant names, reference first.
+
+    When rows say how they were timed (``timing``: graph replay or eager), that is a column
+    before the batch, so a summary per case keeps graph-replayed and eager rows apart.
+    """
     by_key = defaultdict(dict)
     for r in rows:
         by_key[(r["case"], r.get("dtype", ""), r["batch"])][r["variant"]] = r
     variants = [ref] + sorted({r["variant"] for r in rows} - {ref})
-    head = ["case", "dtype", "batch"] + [f"{v} us" for v in variants]
+    timed = any(r.get("timing") for r in rows)
+    head = ["case", "dtype"] + (["timing"] if timed else []) + ["batch"]
+    head += [f"{v} us" for v in variants]
     head += [f"{v} / {ref}" for v in variants[1:]] + [f"{v} roofline %" for v in variants]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for (case, dtype, batch), vs in sorted(
-        by_key.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])
-    ):
-        cells = [case, dtype, str(batch)]
+    for (case, dtype, batch), vs in sorted(by_key.items()):
+        cells = [case, dtype]
+        if timed:
+            first = vs.get(ref) or next(iter(vs.values()))
+            cells.append(str(first.get("timing") or "-"))
+        cells.append(str(batch))
         cells += [f"{vs[v]['us']:.1f}" if v in vs else "-" for v in variants]
         for v in variants[1:]:
             ok = v in vs and ref in vs and vs[v]["us"] > 0

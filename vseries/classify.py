@@ -109,8 +109,11 @@ def compare(original: str, replayed: str) -> tuple[list[str], list[str], list[st
     rename = {}
     gone, appeared = [p for p in old if p not in new], [p for p in new if p not in old]
     for p in gone:  # pair a vanished path with the new path that shares most changed lines
-        best = max(appeared, default=None,
-                   key=lambda q: sum((_lines({p: old[p]}) & _lines({q: new[q]})).values()))
+        best = max(
+            appeared,
+            default=None,
+            key=lambda q: sum((_lines({p: old[p]}) & _lines({q: new[q]})).values()),
+        )
         if best is not None and (_lines({p: old[p]}) & _lines({best: new[best]})):
             rename[p] = best
             appeared.remove(best)
@@ -118,18 +121,25 @@ def compare(original: str, replayed: str) -> tuple[list[str], list[str], list[st
     for p, hunks in old.items():
         q = rename.get(p, p)
         starts = {tuple(lines): start for start, _, lines in new.get(q, [])}
-        shifts = [starts[tuple(lines)] - start for start, _, lines in hunks
-                  if starts.get(tuple(lines)) not in (None, start)]
+        shifts = [
+            starts[tuple(lines)] - start
+            for start, _, lines in hunks
+            if starts.get(tuple(lines)) not in (None, start)
+        ]
         if shifts:
-            moved.append(f"{q}: {len(shifts)} of {len(hunks)} hunks moved "
-                         f"({', '.join(f'{d:+d}' for d in sorted(set(shifts)))} lines)")
+            moved.append(
+                f"{q}: {len(shifts)} of {len(hunks)} hunks moved "
+                f"({', '.join(f'{d:+d}' for d in sorted(set(shifts)))} lines)"
+            )
     missing = _lines(old) - _lines(new)
     dropped = []
     for p, hunks in old.items():
         for _, header, lines in hunks:
             if any(missing[ln] for ln in lines):
-                dropped.append(f"{p}: {header} ({sum(1 for ln in lines if missing[ln])} of "
-                               f"{len(lines)} changed lines already upstream)")
+                dropped.append(
+                    f"{p}: {header} ({sum(1 for ln in lines if missing[ln])} of "
+                    f"{len(lines)} changed lines already upstream)"
+                )
     added = sorted((_lines(new) - _lines(old)).elements())
     return moved, dropped, added
 
@@ -140,12 +150,16 @@ def upstream_made(vdir: Path, old_base: str, new_base: str, paths: list[str]) ->
     return {ln[1:] for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")}
 
 
-def conflict_hunks(vdir: Path, files: list[str], patch_text: str = "", most: int = 3,
-                   lines: int = 16) -> list[str]:
+def conflict_hunks(
+    vdir: Path, files: list[str], patch_text: str = "", most: int = 3, lines: int = 16
+) -> list[str]:
     """The conflict regions (<<<<<<< ... >>>>>>>) git left in ``files``, with line numbers and
     the hunk of the patch (from ``patch_text``) whose added lines are the patch's side."""
-    hunks = [(p, header, {ln[1:] for ln in changed if ln[:1] == "+"})
-             for p, hs in parse(patch_text).items() for _, header, changed in hs]
+    hunks = [
+        (p, header, {ln[1:] for ln in changed if ln[:1] == "+"})
+        for p, hs in parse(patch_text).items()
+        for _, header, changed in hs
+    ]
     out = []
     for f in files:
         if not (vdir / f).is_file():  # e.g. deleted on one side: nothing to show
@@ -155,11 +169,12 @@ def conflict_hunks(vdir: Path, files: list[str], patch_text: str = "", most: int
         for i in starts:
             end = next((j for j in range(i, len(text)) if text[j].startswith(">>>>>>> ")), i)
             mid = next((j for j in range(i, end) if text[j] == "======="), i)
-            theirs = set(text[mid + 1:end])
+            theirs = set(text[mid + 1 : end])
             same_file = sorted(hunks, key=lambda h: h[0] != f)  # this file's hunks first
-            which = next((f" (the patch's hunk {p}: {h})" for p, h, added in same_file
-                          if added & theirs), "")
-            body = text[i:min(end + 1, i + lines)] + (["    ..."] if end + 1 > i + lines else [])
+            which = next(
+                (f" (the patch's hunk {p}: {h})" for p, h, added in same_file if added & theirs), ""
+            )
+            body = text[i : min(end + 1, i + lines)] + (["    ..."] if end + 1 > i + lines else [])
             out.append(f"{f}:{i + 1}{which}:\n" + "\n".join("    " + b for b in body))
     return out
 
@@ -190,6 +205,7 @@ def part_of_the_way(original: str, replayed: str, made: set[str]) -> list[str]:
 
 
 # ---- evidence from git -----------------------------------------------------------------------
+
 
 def reverse_applies(vdir: Path, patch: Path) -> bool:
     """True when the patch applies in reverse on vdir's work tree: its change is there."""
@@ -228,19 +244,25 @@ def contract_verdict(test: str, tree: Path) -> tuple[str, str]:
     asserted = [(n, m) for n, m in failed if m.startswith(("AssertionError", "assert ", "Failed:"))]
     skipped = [(n, m) for n, k, m in cases if k == "skipped"]
     gpu = "" if _has_gpu() else " (this host has no CUDA GPU)"
-    skips = (f"; skipped: {skipped[0][1].splitlines()[0][:120]}"
-             + (gpu if "cuda" in skipped[0][1].lower() or "gpu" in skipped[0][1].lower() else "")
-             if skipped else "")
+    skips = (
+        f"; skipped: {skipped[0][1].splitlines()[0][:120]}"
+        + (gpu if "cuda" in skipped[0][1].lower() or "gpu" in skipped[0][1].lower() else "")
+        if skipped
+        else ""
+    )
     if asserted:
         return "fail", f"{r.line}; {asserted[0][0]}: {asserted[0][1].splitlines()[0][:160]}"
     if failed:
-        return "undecided", (f"{r.line}; it could not reach the code it checks in this release "
-                             f"({failed[0][1].splitlines()[0][:160]}), so it has to be brought "
-                             "up to date for it")
+        return "undecided", (
+            f"{r.line}; it could not reach the code it checks in this release "
+            f"({failed[0][1].splitlines()[0][:160]}), so it has to be brought "
+            "up to date for it"
+        )
     if r.code == 0 and any(k == "passed" for _, k, _ in cases):
         return "pass", r.line + skips
-    return "undecided", (f"nothing passed or failed: {r.line}" if r.code == 0
-                         else f"{r.outcome}: {r.line}") + skips
+    return "undecided", (
+        f"nothing passed or failed: {r.line}" if r.code == 0 else f"{r.outcome}: {r.line}"
+    ) + skips
 
 
 def _junit(xml: Path) -> list[tuple[str, str, str]]:
@@ -249,8 +271,11 @@ def _junit(xml: Path) -> list[tuple[str, str, str]]:
         return []
     out = []
     for case in ET.parse(xml).getroot().iter("testcase"):
-        kinds = [(c.tag, c.get("message") or (c.text or "")) for c in case
-                 if c.tag in ("failure", "error", "skipped")]
+        kinds = [
+            (c.tag, c.get("message") or (c.text or ""))
+            for c in case
+            if c.tag in ("failure", "error", "skipped")
+        ]
         out.append((case.get("name", "?"), *(kinds[0] if kinds else ("passed", ""))))
     return out
 
@@ -261,11 +286,19 @@ def _has_gpu() -> bool:
 
 # ---- the report ----------------------------------------------------------------------------
 
+
 def range_diff(vdir: Path, old: str, new: str) -> str:
     """``git range-diff`` of one patch: its commit on the old pin against the new one."""
     # one commit on each side, known to be the same patch: pair them whatever changed
-    return git.run(vdir, "range-diff", "--no-color", "--creation-factor=999",
-                   f"{old}^..{old}", f"{new}^..{new}", check=False)
+    return git.run(
+        vdir,
+        "range-diff",
+        "--no-color",
+        "--creation-factor=999",
+        f"{old}^..{old}",
+        f"{new}^..{new}",
+        check=False,
+    )
 
 
 def report(vdir: Path, head: dict, rows: list[Row]) -> str:
@@ -275,14 +308,24 @@ def report(vdir: Path, head: dict, rows: list[Row]) -> str:
     Args:
         head: {"title": str, "lines": [str]} for the summary block.
     """
-    out = [f"# {head['title']}", "", *[f"- {x}" for x in head["lines"]], "",
-           "| # | patch | class | evidence |", "| --- | --- | --- | --- |"]
+    out = [
+        f"# {head['title']}",
+        "",
+        *[f"- {x}" for x in head["lines"]],
+        "",
+        "| # | patch | class | evidence |",
+        "| --- | --- | --- | --- |",
+    ]
     details = []
     for i, r in enumerate(rows, 1):
-        cell = [e.splitlines()[0].replace("|", "\\|") + (" (details below)" if "\n" in e else "")
-                for e in r.evidence]
-        out.append(f"| {i} | {r.subject.replace('|', '/')} (`{r.name}`) | **{r.cls}** | "
-                   f"{'<br>'.join(cell) or '-'} |")
+        cell = [
+            e.splitlines()[0].replace("|", "\\|") + (" (details below)" if "\n" in e else "")
+            for e in r.evidence
+        ]
+        out.append(
+            f"| {i} | {r.subject.replace('|', '/')} (`{r.name}`) | **{r.cls}** | "
+            f"{'<br>'.join(cell) or '-'} |"
+        )
         details += [(r, e) for e in r.evidence if "\n" in e]
     if details:
         out += ["", "## Details"]

@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from vseries import apply, build, contract, materialise, rebase, refresh, testrun
+from vseries import apply, build, contract, materialise, prs, rebase, refresh, testrun
 from vseries.errors import SeriesError
 
 
@@ -23,7 +23,7 @@ def parser() -> argparse.ArgumentParser:
         help="git (shallow fetch), sdist (verified PyPI source release), or auto",
     )
     p.set_defaults(func=_materialise)
-    for mod in (apply, refresh, build, contract, testrun, rebase):
+    for mod in (apply, refresh, build, contract, testrun, rebase, prs):
         mod.add_parser(sub)
     return ap
 

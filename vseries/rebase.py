@@ -70,6 +70,7 @@ def _load() -> dict | None:
 
 # ---- the new release: index look-ups and materialising into vllm/ ----------------------------
 
+
 def lookup(project: str, version: str) -> tuple[pinmod.Artefact, pinmod.Artefact | None]:
     """The source release and the manylinux x86_64 wheel of ``version`` with their sha256,
     from PyPI's simple JSON index. Among several such wheels the highest build tag wins.
@@ -78,24 +79,33 @@ def lookup(project: str, version: str) -> tuple[pinmod.Artefact, pinmod.Artefact
         SeriesError: the index is unreachable or lists no source release of that version.
     """
     try:
-        r = requests.get(f"{fetch.INDEX}/{project}/", timeout=fetch.TIMEOUT_S,
-                         headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+        r = requests.get(
+            f"{fetch.INDEX}/{project}/",
+            timeout=fetch.TIMEOUT_S,
+            headers={"Accept": "application/vnd.pypi.simple.v1+json"},
+        )
         r.raise_for_status()
         files = r.json().get("files", [])
     except (requests.RequestException, ValueError) as e:
-        raise SeriesError(f"cannot read the package index {fetch.INDEX}/{project}/: {e}",
-                          "check the network or proxy, then run the same command again") from None
+        raise SeriesError(
+            f"cannot read the package index {fetch.INDEX}/{project}/: {e}",
+            "check the network or proxy, then run the same command again",
+        ) from None
     sdist = next((f for f in files if f["filename"] == f"{project}-{version}.tar.gz"), None)
     if sdist is None:
-        raise SeriesError(f"{fetch.INDEX}/{project}/ has no source release {project}-{version}"
-                          ".tar.gz; is the tag right?", f"pip index versions {project}")
+        raise SeriesError(
+            f"{fetch.INDEX}/{project}/ has no source release {project}-{version}"
+            ".tar.gz; is the tag right?",
+            f"pip index versions {project}",
+        )
     wheels = []
     for f in files:
         if not f["filename"].endswith(".whl"):
             continue
         name, ver, build, tags = parse_wheel_filename(f["filename"])
-        if str(ver) == version and any(t.platform.startswith("manylinux") and
-                                       t.platform.endswith("x86_64") for t in tags):
+        if str(ver) == version and any(
+            t.platform.startswith("manylinux") and t.platform.endswith("x86_64") for t in tags
+        ):
             wheels.append((build, f))
     art = lambda f: pinmod.Artefact(f["filename"], f["hashes"]["sha256"])  # noqa: E731
     return art(sdist), art(max(wheels, key=lambda w: w[0])[1]) if wheels else None
@@ -105,10 +115,18 @@ def _triton_of(torch_version: str) -> str | None:
     """The Triton version a torch release requires on Linux x86_64 (from the core metadata
     of its wheel on the index), or None when that cannot be read."""
     try:
-        r = requests.get(f"{fetch.INDEX}/torch/", timeout=fetch.TIMEOUT_S,
-                         headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-        f = next(f for f in r.json()["files"] if f["filename"].startswith(f"torch-{torch_version}-")
-                 and "manylinux" in f["filename"] and "x86_64" in f["filename"])
+        r = requests.get(
+            f"{fetch.INDEX}/torch/",
+            timeout=fetch.TIMEOUT_S,
+            headers={"Accept": "application/vnd.pypi.simple.v1+json"},
+        )
+        f = next(
+            f
+            for f in r.json()["files"]
+            if f["filename"].startswith(f"torch-{torch_version}-")
+            and "manylinux" in f["filename"]
+            and "x86_64" in f["filename"]
+        )
         meta = requests.get(f["url"] + ".metadata", timeout=fetch.TIMEOUT_S).text
     except (requests.RequestException, ValueError, KeyError, StopIteration):
         return None
@@ -149,31 +167,42 @@ def add_release(repo: Path, tarball: Path, tag: str, commit: str | None, note: s
         tree.mkdir()
         date = materialise._extract(tarball, tree)
         ver = tree / "vllm" / "_version.py"
-        m = re.search(r"__commit_id__\s*=.*?['\"]g?([0-9a-f]{7,40})['\"]",
-                      ver.read_text() if ver.exists() else "")
+        m = re.search(
+            r"__commit_id__\s*=.*?['\"]g?([0-9a-f]{7,40})['\"]",
+            ver.read_text() if ver.exists() else "",
+        )
         short = m.group(1) if m else None
         if commit and short and not commit.startswith(short):
-            raise SeriesError(f"--commit {commit} does not match the id {short} that "
-                              f"{tarball.name} names in vllm/_version.py")
+            raise SeriesError(
+                f"--commit {commit} does not match the id {short} that "
+                f"{tarball.name} names in vllm/_version.py"
+            )
         upstream = commit or short
         if not upstream:
-            raise SeriesError(f"{tarball.name} names no commit id (vllm/_version.py), and none "
-                              "was given", f"scripts/rebase.sh {tag} --commit <40-hex id>")
+            raise SeriesError(
+                f"{tarball.name} names no commit id (vllm/_version.py), and none was given",
+                f"scripts/rebase.sh {tag} --commit <40-hex id>",
+            )
         full = bool(SHA1.match(upstream))
         for rel in materialise.SDIST_ONLY:
             (tree / rel).unlink(missing_ok=True)
         for info in tree.glob("*.egg-info"):
             shutil.rmtree(info)
-        env = {**materialise.IDENT, "GIT_AUTHOR_DATE": f"{date} +0000",
-               "GIT_COMMITTER_DATE": f"{date} +0000",
-               "GIT_INDEX_FILE": str(Path(tmp, "index"))}
+        env = {
+            **materialise.IDENT,
+            "GIT_AUTHOR_DATE": f"{date} +0000",
+            "GIT_COMMITTER_DATE": f"{date} +0000",
+            "GIT_INDEX_FILE": str(Path(tmp, "index")),
+        }
         side = ["--git-dir", str(gitdir), "--work-tree", str(tree)]
         git.run(repo, *side, "add", "-A", "-f", env=env)
         tree_id = git.run(repo, *side, "write-tree", env=env)
-    msg = (f"vLLM {tag} from source release {tarball.name}\n\n"
-           + (f"Stands in for upstream commit {upstream} through refs/replace/{upstream}.\n"
-              if full else f"Stands in for upstream commit {upstream} (short id from "
-              "vllm/_version.py; a short id cannot be a refs/replace/ target).\n"))
+    msg = f"vLLM {tag} from source release {tarball.name}\n\n" + (
+        f"Stands in for upstream commit {upstream} through refs/replace/{upstream}.\n"
+        if full
+        else f"Stands in for upstream commit {upstream} (short id from "
+        "vllm/_version.py; a short id cannot be a refs/replace/ target).\n"
+    )
     synthetic = git.run(repo, "commit-tree", tree_id, "-m", msg.rstrip("\n"), env=env)
     base, made = (upstream if full else synthetic), []
     if full:
@@ -182,17 +211,29 @@ def add_release(repo: Path, tarball: Path, tag: str, commit: str | None, note: s
             git.run(repo, "update-ref", f"refs/replace/{upstream}", synthetic)
             made.append(f"refs/replace/{upstream}")
         elif git.run(repo, "rev-parse", f"{have}^{{tree}}") != tree_id:
-            raise SeriesError(f"{upstream[:12]} already resolves in {repo} to a different tree "
-                              f"than {tarball.name}", f"git -C vllm replace -l {upstream}")
+            raise SeriesError(
+                f"{upstream[:12]} already resolves in {repo} to a different tree "
+                f"than {tarball.name}",
+                f"git -C vllm replace -l {upstream}",
+            )
     have_tag = git.rev(repo, f"refs/tags/{tag}")
     if have_tag is None:
         git.run(repo, "tag", "-a", "-m", f"vLLM {tag}", tag, base, env=env)
         made.append(f"refs/tags/{tag}")
     elif git.run(repo, "rev-parse", f"{have_tag}^{{tree}}") != tree_id:
-        raise SeriesError(f"vllm/ already has a tag {tag} on another tree than {tarball.name}",
-                          f"git -C vllm tag -d {tag}   # if it is stale; then run it again")
-    return {"base": base, "synthetic": synthetic, "upstream": upstream, "full": full,
-            "short_in_sdist": short, "refs": made, "note": note}
+        raise SeriesError(
+            f"vllm/ already has a tag {tag} on another tree than {tarball.name}",
+            f"git -C vllm tag -d {tag}   # if it is stale; then run it again",
+        )
+    return {
+        "base": base,
+        "synthetic": synthetic,
+        "upstream": upstream,
+        "full": full,
+        "short_in_sdist": short,
+        "refs": made,
+        "note": note,
+    }
 
 
 def _try_git(vdir: Path, repo_url: str, tag: str) -> dict | None:
@@ -201,10 +242,23 @@ def _try_git(vdir: Path, repo_url: str, tag: str) -> dict | None:
         return None
     had = git.rev(vdir, f"refs/tags/{tag}")
     try:
-        p = subprocess.run(["git", "-C", str(vdir), "fetch", "-q", "--depth", "1", repo_url,
-                            f"refs/tags/{tag}:refs/tags/{tag}"], capture_output=True, text=True,
-                           timeout=materialise.GIT_TIMEOUT_S,
-                           env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+        p = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(vdir),
+                "fetch",
+                "-q",
+                "--depth",
+                "1",
+                repo_url,
+                f"refs/tags/{tag}:refs/tags/{tag}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=materialise.GIT_TIMEOUT_S,
+            env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
+        )
     except subprocess.TimeoutExpired:
         print(f"rebase: git gave no answer in {materialise.GIT_TIMEOUT_S} s")
         return None
@@ -212,78 +266,117 @@ def _try_git(vdir: Path, repo_url: str, tag: str) -> dict | None:
         print(f"rebase: git route failed ({(p.stderr.strip().splitlines() or ['?'])[-1]})")
         return None
     commit = git.rev(vdir, f"refs/tags/{tag}")
-    return {"base": commit, "synthetic": None, "upstream": commit, "full": True,
-            "short_in_sdist": None, "refs": [] if had else [f"refs/tags/{tag}"],
-            "note": f"git {repo_url} tag {tag}"}
+    return {
+        "base": commit,
+        "synthetic": None,
+        "upstream": commit,
+        "full": True,
+        "short_in_sdist": None,
+        "refs": [] if had else [f"refs/tags/{tag}"],
+        "note": f"git {repo_url} tag {tag}",
+    }
 
 
 def new_release(vdir: Path, old: pinmod.Pin, tag: str, commit: str | None, route: str) -> dict:
     """Materialise ``tag`` into vdir and look up its release files; returns the release as a
     dict (keys of add_release plus tag, source, wheel, torch, triton, how)."""
     if not re.match(r"^v\d+(\.\d+)*\S*$", tag):
-        raise SeriesError(f"{tag!r} is not a release tag (vX.Y.Z): PyPI knows releases by "
-                          "version, so the offline route needs the tag",
-                          "scripts/rebase.sh v0.22.0 [--commit <40-hex id of the tag>]")
+        raise SeriesError(
+            f"{tag!r} is not a release tag (vX.Y.Z): PyPI knows releases by "
+            "version, so the offline route needs the tag",
+            "scripts/rebase.sh v0.22.0 [--commit <40-hex id of the tag>]",
+        )
     version = tag.removeprefix("v")
     sdist, wheel = lookup(old.package, version)
     if wheel is None:
-        raise SeriesError(f"the index lists no manylinux x86_64 wheel of {old.package} "
-                          f"{version}; the pin needs one for its prebuilt kernels")
+        raise SeriesError(
+            f"the index lists no manylinux x86_64 wheel of {old.package} "
+            f"{version}; the pin needs one for its prebuilt kernels"
+        )
     rel = _try_git(vdir, old.repo, tag) if route in ("auto", "git") else None
     if rel is None and route == "git":
-        raise SeriesError("the git route failed and --source git was asked for",
-                          f"scripts/rebase.sh {tag}   # without --source, falls back to PyPI")
+        raise SeriesError(
+            "the git route failed and --source git was asked for",
+            f"scripts/rebase.sh {tag}   # without --source, falls back to PyPI",
+        )
     tarball = fetch.fetch(old.package, sdist)
     if rel is None:
-        rel = add_release(vdir, tarball, tag, commit, f"sdist {sdist.filename} "
-                          f"sha256={sdist.sha256}")
-        rel["how"] = (f"verified source release {sdist.filename} (no git route); commit id "
-                      + (f"{rel['upstream']} given with --commit, checked against the id "
-                         f"{rel['short_in_sdist']} in its vllm/_version.py" if commit else
-                         f"taken from its vllm/_version.py: only the short id "
-                         f"{rel['upstream']} is known, so the pin records the synthetic "
-                         f"commit {rel['base'][:12]} and the gitlink is not moved"))
+        rel = add_release(
+            vdir, tarball, tag, commit, f"sdist {sdist.filename} sha256={sdist.sha256}"
+        )
+        rel["how"] = f"verified source release {sdist.filename} (no git route); commit id " + (
+            f"{rel['upstream']} given with --commit, checked against the id "
+            f"{rel['short_in_sdist']} in its vllm/_version.py"
+            if commit
+            else f"taken from its vllm/_version.py: only the short id "
+            f"{rel['upstream']} is known, so the pin records the synthetic "
+            f"commit {rel['base'][:12]} and the gitlink is not moved"
+        )
     else:
         rel["how"] = rel["note"]
     reqs = ""
     with tempfile.TemporaryDirectory() as tmp:
-        p = subprocess.run(["tar", "-xzf", str(tarball), "-C", tmp, "--no-same-owner",
-                            f"{old.package}-{version}/requirements/cuda.txt"],
-                           capture_output=True)
+        p = subprocess.run(
+            [
+                "tar",
+                "-xzf",
+                str(tarball),
+                "-C",
+                tmp,
+                "--no-same-owner",
+                f"{old.package}-{version}/requirements/cuda.txt",
+            ],
+            capture_output=True,
+        )
         if p.returncode == 0:
             reqs = Path(tmp, f"{old.package}-{version}/requirements/cuda.txt").read_text()
     m = re.search(r"^torch==([\w.]+)", reqs, re.M)
     torch = m.group(1) if m else old.torch
     triton = old.triton if torch == old.torch else (_triton_of(torch) or old.triton)
-    rel.update(tag=tag, source=[sdist.filename, sdist.sha256],
-               wheel=[wheel.filename, wheel.sha256], torch=torch, triton=triton,
-               triton_known=torch == old.torch or triton != old.triton)
+    rel.update(
+        tag=tag,
+        source=[sdist.filename, sdist.sha256],
+        wheel=[wheel.filename, wheel.sha256],
+        torch=torch,
+        triton=triton,
+        triton_known=torch == old.torch or triton != old.triton,
+    )
     return rel
 
 
 # ---- starting, replaying, finishing ----------------------------------------------------------
+
 
 def _preflight(vdir: Path, pin: pinmod.Pin, entries: list[series.Entry]) -> None:
     if not git.is_repo(vdir):
         raise SeriesError("vllm/ is not materialised", "scripts/setup.sh")
     busy = git.in_progress(vdir)
     if busy:
-        raise SeriesError(f"vllm/ is in the middle of a {busy}",
-                          "git -C vllm am --continue   # or --abort; then run it again")
+        raise SeriesError(
+            f"vllm/ is in the middle of a {busy}",
+            "git -C vllm am --continue   # or --abort; then run it again",
+        )
     dirty = git.dirty(vdir)
     if dirty:
-        raise SeriesError("vllm/ has uncommitted changes a rebase could lose:\n"
-                          + "\n".join(f"  {d}" for d in dirty[:10]),
-                          "git -C vllm stash   # or commit them and scripts/refresh.sh")
+        raise SeriesError(
+            "vllm/ has uncommitted changes a rebase could lose:\n"
+            + "\n".join(f"  {d}" for d in dirty[:10]),
+            "git -C vllm stash   # or commit them and scripts/refresh.sh",
+        )
     want = apply.wanted_ids(vdir, entries)
     tips = {git.rev(vdir, "HEAD"), git.rev(vdir, apply.BRANCH)} - {None}
-    foreign = [c for t in sorted(tips)
-               if git.ok(vdir, "merge-base", "--is-ancestor", pin.commit, t)
-               for c in apply._foreign_commits(vdir, pin.commit, t, want)]
+    foreign = [
+        c
+        for t in sorted(tips)
+        if git.ok(vdir, "merge-base", "--is-ancestor", pin.commit, t)
+        for c in apply._foreign_commits(vdir, pin.commit, t, want)
+    ]
     if foreign:
-        raise SeriesError("vllm/ holds commits that patches/ does not (the rebase replays "
-                          "patches/):\n" + "\n".join(f"  {c}" for c in dict.fromkeys(foreign)),
-                          "scripts/refresh.sh   # export them first")
+        raise SeriesError(
+            "vllm/ holds commits that patches/ does not (the rebase replays "
+            "patches/):\n" + "\n".join(f"  {c}" for c in dict.fromkeys(foreign)),
+            "scripts/refresh.sh   # export them first",
+        )
 
 
 def _gitlink(root: Path) -> str | None:
@@ -294,8 +387,14 @@ def _gitlink(root: Path) -> str | None:
     return out.split()[1] if out.startswith("160000 ") else None
 
 
-def start(target: str, commit: str | None = None, route: str = "auto",
-          contracts: bool = True, check: bool = False, report: Path | None = None) -> int:
+def start(
+    target: str,
+    commit: str | None = None,
+    route: str = "auto",
+    contracts: bool = True,
+    check: bool = False,
+    report: Path | None = None,
+) -> int:
     """Begin a rebase of the series onto ``target`` (or, with check, only classify).
 
     Returns:
@@ -308,8 +407,9 @@ def start(target: str, commit: str | None = None, route: str = "auto",
     """
     st = _load()
     if st is not None:
-        raise SeriesError(f"a rebase onto {st['target']} is already in progress (state in "
-                          f"{_state_file()})", NEXT)
+        raise SeriesError(
+            f"a rebase onto {st['target']} is already in progress (state in {_state_file()})", NEXT
+        )
     pin = pinmod.load()
     entries = series.load()
     vdir = paths.vllm_dir()
@@ -333,14 +433,28 @@ def start(target: str, commit: str | None = None, route: str = "auto",
         git.run(vdir, "update-ref", REFS + "orig-series", git.rev(vdir, apply.BRANCH))
     # The refs that materialising the release may add (removed again by --abort); saved
     # before anything is made, so that a run killed in the middle can still be aborted.
-    made = [r for r in (f"refs/tags/{target}", commit and f"refs/replace/{commit}")
-            if r and git.rev(vdir, r) is None]
-    st = {"version": 1, "status": "starting", "target": target, "commit": commit,
-          "route": route, "check": check, "contracts": contracts,
-          "report": str(report) if report else None,
-          "old": {"tag": pin.tag, "commit": pin.commit, "source": pin.source.filename},
-          "orig_head": head, "orig_branch": branch, "gitlink": _gitlink(paths.root()),
-          "refs": made, "_t0": time.monotonic(), "elapsed_s": 0.0}
+    made = [
+        r
+        for r in (f"refs/tags/{target}", commit and f"refs/replace/{commit}")
+        if r and git.rev(vdir, r) is None
+    ]
+    st = {
+        "version": 1,
+        "status": "starting",
+        "target": target,
+        "commit": commit,
+        "route": route,
+        "check": check,
+        "contracts": contracts,
+        "report": str(report) if report else None,
+        "old": {"tag": pin.tag, "commit": pin.commit, "source": pin.source.filename},
+        "orig_head": head,
+        "orig_branch": branch,
+        "gitlink": _gitlink(paths.root()),
+        "refs": made,
+        "_t0": time.monotonic(),
+        "elapsed_s": 0.0,
+    }
     _save(st)
     try:
         rel = new_release(vdir, pin, target, commit, route)
@@ -352,21 +466,38 @@ def start(target: str, commit: str | None = None, route: str = "auto",
     git.run(vdir, "checkout", "-q", "--detach", pin.commit)
     old = []
     for e in entries:
-        out = git.run(vdir, "am", "-3", "-k", "--committer-date-is-author-date", str(e.path),
-                      check=False, env=apply.AM_ENV)
+        out = git.run(
+            vdir,
+            "am",
+            "-3",
+            "-k",
+            "--committer-date-is-author-date",
+            str(e.path),
+            check=False,
+            env=apply.AM_ENV,
+        )
         if git.in_progress(vdir):
             why = apply.explain(vdir, e.path, out)
             abort(quiet=True)
-            raise SeriesError(f"{e.name} does not apply on the current pin {pin.tag}; nothing "
-                              f"was changed; fix the series first:\n{why}",
-                              "scripts/apply.sh --keep-conflict")
+            raise SeriesError(
+                f"{e.name} does not apply on the current pin {pin.tag}; nothing "
+                f"was changed; fix the series first:\n{why}",
+                "scripts/apply.sh --keep-conflict",
+            )
         old.append(git.rev(vdir, "HEAD"))
     if old:
         git.run(vdir, "update-ref", REFS + "old-tip", old[-1])
     git.run(vdir, "checkout", "-q", "--detach", rel["base"])
-    st.update(status="replaying", new=rel, next=0, head=rel["base"],
-              rows=[Row(e.name, series.subject(e.path), old=c, options=e.options).to_dict()
-                    for e, c in zip(entries, old, strict=True)])
+    st.update(
+        status="replaying",
+        new=rel,
+        next=0,
+        head=rel["base"],
+        rows=[
+            Row(e.name, series.subject(e.path), old=c, options=e.options).to_dict()
+            for e, c in zip(entries, old, strict=True)
+        ],
+    )
     _save(st)
     print(f"rebase: {pin.tag} -> {target} ({rel['how']}); replaying {len(entries)} patches")
     return _run(st)
@@ -399,17 +530,19 @@ def _contract(st: dict, row: Row) -> tuple[str, str] | None:
     known = st.setdefault("verdicts", {})  # plain upstream does not change during a rebase
     if test not in known:
         known[test] = classify.contract_verdict(
-            test, _upstream_tree(paths.vllm_dir(), st["new"]["base"]))
+            test, _upstream_tree(paths.vllm_dir(), st["new"]["base"])
+        )
         _save(st)
     return tuple(known[test])
 
 
 def _conflict_text(vdir: Path, patch: Path, out: str) -> str:
-    unmerged = list(dict.fromkeys(git.run(vdir, "diff", "--name-only",
-                                          "--diff-filter=U").split()))
+    unmerged = list(dict.fromkeys(git.run(vdir, "diff", "--name-only", "--diff-filter=U").split()))
     files = f"  unmerged files: {', '.join(unmerged)}\n" if unmerged else ""
-    hunks = "".join(f"  {h}\n" for h in classify.conflict_hunks(
-        vdir, unmerged, patch.read_text(errors="replace")))
+    hunks = "".join(
+        f"  {h}\n"
+        for h in classify.conflict_hunks(vdir, unmerged, patch.read_text(errors="replace"))
+    )
     if not hunks:  # no 3-way merge happened (e.g. a blob is missing): where apply stops
         return files + apply.explain(vdir, patch, out)
     said = re.findall(r"CONFLICT \([^)]*\): .*", out)
@@ -427,37 +560,53 @@ def _replay(st: dict) -> None:
         row.cls, row.evidence, row.new = "", [], ""  # a redo after a kill starts afresh
         if classify.reverse_applies(vdir, patch):
             row.cls = classify.UPSTREAMED
-            row.evidence.append(f"applies in reverse on {tag} (git apply -R --check): the "
-                                "change is already there")
+            row.evidence.append(
+                f"applies in reverse on {tag} (git apply -R --check): the change is already there"
+            )
         if classify.same_patch_id(vdir, text, st["old"]["commit"], st["new"]["base"]):
             row.cls = classify.UPSTREAMED
-            row.evidence.append(f"upstream's own diff {st['old']['tag']}..{tag} of the same "
-                                "files has the patch's patch-id (git patch-id --stable)")
+            row.evidence.append(
+                f"upstream's own diff {st['old']['tag']}..{tag} of the same "
+                "files has the patch's patch-id (git patch-id --stable)"
+            )
         if row.cls:
             _decided(st, row)
             continue
         before = git.rev(vdir, "HEAD")
         # diff3: conflict regions also show the base, i.e. what upstream changed
-        out = git.run(vdir, "-c", "merge.conflictStyle=diff3", "am", "-3", "-k",
-                      "--committer-date-is-author-date", str(patch), check=False,
-                      env=apply.AM_ENV)
+        out = git.run(
+            vdir,
+            "-c",
+            "merge.conflictStyle=diff3",
+            "am",
+            "-3",
+            "-k",
+            "--committer-date-is-author-date",
+            str(patch),
+            check=False,
+            env=apply.AM_ENV,
+        )
         if git.in_progress(vdir):
             why = _conflict_text(vdir, patch, out)
             verdict = _contract(st, row)
             if verdict and verdict[0] == "pass":
                 git.run(vdir, "am", "--abort")
                 row.cls = classify.UPSTREAMED
-                row.evidence += [f"contract {row.options['contract']} passes on plain {tag} "
-                                 f"({verdict[1]})", "the patch itself conflicts there:\n" + why]
+                row.evidence += [
+                    f"contract {row.options['contract']} passes on plain {tag} ({verdict[1]})",
+                    "the patch itself conflicts there:\n" + why,
+                ]
                 _decided(st, row)
                 continue
             row.cls = classify.CONFLICT
             row.evidence.append("conflicts:\n" + why)
             if verdict:
-                row.evidence.append(f"not upstream: contract {row.options['contract']} "
-                                    f"{verdict[0]}s on plain {tag} ({verdict[1]})"
-                                    if verdict[0] == "fail" else f"contract could not decide: "
-                                    f"{verdict[1]}")
+                row.evidence.append(
+                    f"not upstream: contract {row.options['contract']} "
+                    f"{verdict[0]}s on plain {tag} ({verdict[1]})"
+                    if verdict[0] == "fail"
+                    else f"contract could not decide: {verdict[1]}"
+                )
             if st["check"]:  # record it and go on without this patch, as --skip would
                 git.run(vdir, "am", "--abort")
                 _decided(st, row)
@@ -469,11 +618,14 @@ def _replay(st: dict) -> None:
                 f"patch {row.name} conflicts on {tag} + the patches before it; the git am "
                 f"session is open in vllm/:\n{why}\n" + "\n".join(row.evidence[1:]),
                 "fix the files in vllm/ and git -C vllm add them, then "
-                "scripts/rebase.sh --continue   # or --skip (drop it) or --abort")
+                "scripts/rebase.sh --continue   # or --skip (drop it) or --abort",
+            )
         if git.rev(vdir, "HEAD") == before:
             row.cls = classify.UPSTREAMED
-            row.evidence.append(f"git am -3 on {tag}: the 3-way merge leaves nothing to change "
-                                "(\"No changes -- Patch already applied\")")
+            row.evidence.append(
+                f"git am -3 on {tag}: the 3-way merge leaves nothing to change "
+                '("No changes -- Patch already applied")'
+            )
             _decided(st, row)
             continue
         _carried(st, row, text, threeway="3-way merge" in out)
@@ -490,43 +642,63 @@ def _carried(st: dict, row: Row, text: str, threeway: bool, resolved: bool = Fal
     if verdict and verdict[0] == "pass":
         git.run(vdir, "checkout", "-q", "--detach", "HEAD~1")
         row.cls, row.new = classify.UPSTREAMED, ""
-        row.evidence.append(f"contract {row.options['contract']} passes on plain {tag} "
-                            f"({verdict[1]}); the patch still applied textually and is dropped")
+        row.evidence.append(
+            f"contract {row.options['contract']} passes on plain {tag} "
+            f"({verdict[1]}); the patch still applied textually and is dropped"
+        )
         _decided(st, row)
         return
-    made = classify.upstream_made(vdir, st["old"]["commit"], st["new"]["base"],
-                                  classify.touched(text) + classify.touched(replayed))
+    made = classify.upstream_made(
+        vdir,
+        st["old"]["commit"],
+        st["new"]["base"],
+        classify.touched(text) + classify.touched(replayed),
+    )
     taken = classify.part_of_the_way(text, replayed, made)
     if taken:  # the replay starts from lines upstream wrote on the way to the patch's
         row.cls = classify.PARTLY
-        row.evidence += [f"{tag} already went part of the way: it has `{ln.strip()}`"
-                         for ln in taken]
-        row.evidence.append("the rest is carried (the refreshed patch changes only that)"
-                            + ("; the conflict was resolved by hand" if resolved else ""))
+        row.evidence += [
+            f"{tag} already went part of the way: it has `{ln.strip()}`" for ln in taken
+        ]
+        row.evidence.append(
+            "the rest is carried (the refreshed patch changes only that)"
+            + ("; the conflict was resolved by hand" if resolved else "")
+        )
     elif resolved or added:
         row.cls = classify.RESOLVED
-        row.evidence.append("the conflict was resolved by hand; see the range-diff"
-                            + ("" if added or dropped else "; the patch's own changed lines "
-                               "are unchanged, only the code around them differs"))
+        row.evidence.append(
+            "the conflict was resolved by hand; see the range-diff"
+            + (
+                ""
+                if added or dropped
+                else "; the patch's own changed lines "
+                "are unchanged, only the code around them differs"
+            )
+        )
     elif dropped:
         row.cls = classify.PARTLY
         row.evidence += [f"already on {tag}, so dropped by the 3-way merge: {d}" for d in dropped]
-        row.evidence.append("the rest is carried (the refreshed patch holds only what is "
-                            "still missing)")
+        row.evidence.append(
+            "the rest is carried (the refreshed patch holds only what is still missing)"
+        )
     else:
         row.cls = classify.THREE_WAY if threeway else classify.CLEAN
     row.evidence += moved
     if verdict:
-        row.evidence.append(f"still needed: contract {row.options['contract']} fails on plain "
-                            f"{tag} ({verdict[1]})" if verdict[0] == "fail"
-                            else f"contract could not decide: {verdict[1]}")
+        row.evidence.append(
+            f"still needed: contract {row.options['contract']} fails on plain {tag} ({verdict[1]})"
+            if verdict[0] == "fail"
+            else f"contract could not decide: {verdict[1]}"
+        )
     _decided(st, row)
 
 
 def _decided(st: dict, row: Row) -> None:
     vdir = paths.vllm_dir()
-    print(f"  {row.name}: {row.cls}" + (f" ({row.evidence[0].splitlines()[0]})"
-                                        if row.evidence else ""))
+    print(
+        f"  {row.name}: {row.cls}"
+        + (f" ({row.evidence[0].splitlines()[0]})" if row.evidence else "")
+    )
     st["rows"][st["next"]] = row.to_dict()
     st["next"] += 1
     st["head"] = git.rev(vdir, "HEAD")
@@ -536,20 +708,33 @@ def _decided(st: dict, row: Row) -> None:
 
 def _write_pin(rel: dict) -> None:
     old = pinmod.load()
-    pinmod.dump(pinmod.Pin(
-        repo=old.repo, package=old.package, tag=rel["tag"], commit=rel["base"],
-        source=pinmod.Artefact(*rel["source"]), wheel=pinmod.Artefact(*rel["wheel"]),
-        torch=rel["torch"], triton=rel["triton"]))
+    pinmod.dump(
+        pinmod.Pin(
+            repo=old.repo,
+            package=old.package,
+            tag=rel["tag"],
+            commit=rel["base"],
+            source=pinmod.Artefact(*rel["source"]),
+            wheel=pinmod.Artefact(*rel["wheel"]),
+            torch=rel["torch"],
+            triton=rel["triton"],
+        )
+    )
     path = paths.root() / "upstream.toml"
-    lines = [ln.replace(f"torch {old.torch}", f"torch {rel['torch']}") if ln.startswith("#")
-             else ln for ln in path.read_text().splitlines(keepends=True)
-             if not ln.startswith(NOTE)]  # comments that name the torch version follow it
+    lines = [
+        ln.replace(f"torch {old.torch}", f"torch {rel['torch']}") if ln.startswith("#") else ln
+        for ln in path.read_text().splitlines(keepends=True)
+        if not ln.startswith(NOTE)
+    ]  # comments that name the torch version follow it
     if not rel["full"]:
         i = next(i for i, ln in enumerate(lines) if ln.startswith("commit = "))
-        lines.insert(i, f"{NOTE}commit is the synthetic commit made from {rel['source'][0]}; "
-                        f"upstream's id is known only as {rel['upstream']} (vllm/_version.py). "
-                        "With the full id: git -C vllm replace <full id> <this commit>, put "
-                        "the full id here, git update-index --cacheinfo 160000,<full id>,vllm\n")
+        lines.insert(
+            i,
+            f"{NOTE}commit is the synthetic commit made from {rel['source'][0]}; "
+            f"upstream's id is known only as {rel['upstream']} (vllm/_version.py). "
+            "With the full id: git -C vllm replace <full id> <this commit>, put "
+            "the full id here, git update-index --cacheinfo 160000,<full id>,vllm\n",
+        )
     path.write_text("".join(lines))
 
 
@@ -565,10 +750,15 @@ def _finish(st: dict) -> int:
     if not st["check"]:
         stamp = st.setdefault("stamp", time.strftime("%Y%m%d-%H%M%S"))
         if git.rev(vdir, REFS + "orig-series"):
-            git.run(vdir, "update-ref", f"refs/vseries/backup/rebase-{stamp}",
-                    git.rev(vdir, REFS + "orig-series"))
-            notes.append(f"the old branch {apply.BRANCH} is kept as "
-                         f"refs/vseries/backup/rebase-{stamp}")
+            git.run(
+                vdir,
+                "update-ref",
+                f"refs/vseries/backup/rebase-{stamp}",
+                git.rev(vdir, REFS + "orig-series"),
+            )
+            notes.append(
+                f"the old branch {apply.BRANCH} is kept as refs/vseries/backup/rebase-{stamp}"
+            )
         git.run(vdir, "checkout", "-q", "-B", apply.BRANCH)
         _write_pin(rel)
         refresh.refresh()
@@ -576,44 +766,57 @@ def _finish(st: dict) -> int:
         carried = [r for r in rows if r.new]
         new_entries = series.load(validate=False)
         if len(new_entries) != len(carried):
-            raise SeriesError(f"refresh exported {len(new_entries)} patches but {len(carried)} "
-                              "were carried; the state is kept", NEXT)
-        series.write(header, [series.Entry(e.name, c.options)
-                              for e, c in zip(new_entries, carried, strict=True)])
+            raise SeriesError(
+                f"refresh exported {len(new_entries)} patches but {len(carried)} "
+                "were carried; the state is kept",
+                NEXT,
+            )
+        series.write(
+            header,
+            [series.Entry(e.name, c.options) for e, c in zip(new_entries, carried, strict=True)],
+        )
         link = _gitlink(root)
         if link and rel["full"]:
             git.run(root, "update-index", "--cacheinfo", f"160000,{rel['base']},vllm")
             notes.append(f"gitlink vllm moved to {rel['base'][:12]} (staged in the superproject)")
         elif link:
-            notes.append(f"gitlink NOT moved: the upstream id of {rel['tag']} is known only as "
-                         f"{rel['upstream']}")
+            notes.append(
+                f"gitlink NOT moved: the upstream id of {rel['tag']} is known only as "
+                f"{rel['upstream']}"
+            )
         keep = state_dir() / f"backup-{st['old']['tag']}-{stamp}"
         if (state_dir() / "backup").exists():  # not yet moved by an earlier, killed finish
             (state_dir() / "backup").rename(keep)
         notes.append(f"the old pin and patches/ are kept in {keep.relative_to(root)}")
-    head = {"title": f"Rebase of the series: {st['old']['tag']} -> {rel['tag']}"
-            + (" (--check: nothing changed)" if st["check"] else ""),
-            "lines": [f"old pin: {st['old']['tag']} {st['old']['commit']} "
-                      f"({st['old']['source']})",
-                      f"new upstream: {rel['tag']} {rel['upstream']}; {rel['how']}",
-                      f"pin: wheel {rel['wheel'][0]}, torch {rel['torch']}, triton "
-                      f"{rel['triton']}" + ("" if rel["triton_known"] else
-                                            " (kept: torch's Triton could not be read)"),
-                      f"result: {len([r for r in rows if r.new])} carried, "
-                      f"{len([r for r in rows if r.cls == classify.UPSTREAMED])} upstreamed, "
-                      f"{len(conflicts)} conflicts, "
-                      f"{len([r for r in rows if r.cls == classify.SKIPPED])} skipped",
-                      f"wall time: {st['elapsed_s']:.1f} s", *notes]}
+    head = {
+        "title": f"Rebase of the series: {st['old']['tag']} -> {rel['tag']}"
+        + (" (--check: nothing changed)" if st["check"] else ""),
+        "lines": [
+            f"old pin: {st['old']['tag']} {st['old']['commit']} ({st['old']['source']})",
+            f"new upstream: {rel['tag']} {rel['upstream']}; {rel['how']}",
+            f"pin: wheel {rel['wheel'][0]}, torch {rel['torch']}, triton "
+            f"{rel['triton']}"
+            + ("" if rel["triton_known"] else " (kept: torch's Triton could not be read)"),
+            f"result: {len([r for r in rows if r.new])} carried, "
+            f"{len([r for r in rows if r.cls == classify.UPSTREAMED])} upstreamed, "
+            f"{len(conflicts)} conflicts, "
+            f"{len([r for r in rows if r.cls == classify.SKIPPED])} skipped",
+            f"wall time: {st['elapsed_s']:.1f} s",
+            *notes,
+        ],
+    }
     text = classify.report(vdir, head, rows)
-    out = Path(st["report"]) if st["report"] else (
-        None if st["check"] else state_dir() / f"report-{rel['tag']}.md")
+    out = (
+        Path(st["report"])
+        if st["report"]
+        else (None if st["check"] else state_dir() / f"report-{rel['tag']}.md")
+    )
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
     print(text + (f"\nrebase: report written to {out}" if out else ""))
     if (state_dir() / "upstream").exists():
-        git.run(vdir, "worktree", "remove", "--force", str(state_dir() / "upstream"),
-                check=False)
+        git.run(vdir, "worktree", "remove", "--force", str(state_dir() / "upstream"), check=False)
         shutil.rmtree(state_dir() / "upstream", ignore_errors=True)
         git.run(vdir, "worktree", "prune")
     _drop_refs(vdir, [REFS + n for n in ("orig-head", "orig-series", "old-tip")])
@@ -623,6 +826,7 @@ def _finish(st: dict) -> int:
 
 
 # ---- --continue, --skip, --abort -------------------------------------------------------------
+
 
 def _need_state() -> dict:
     st = _load()
@@ -642,28 +846,42 @@ def resume() -> int:
     if st["status"] == "starting":  # killed before the replay began: begin once more
         abort(quiet=True)
         print(f"rebase: the last run stopped before replaying; starting again on {st['target']}")
-        return start(st["target"], st["commit"], st["route"], st["contracts"], st["check"],
-                     Path(st["report"]) if st["report"] else None)
+        return start(
+            st["target"],
+            st["commit"],
+            st["route"],
+            st["contracts"],
+            st["check"],
+            Path(st["report"]) if st["report"] else None,
+        )
     row = Row(**st["rows"][st["next"]]) if st["next"] < len(st["rows"]) else None
     if st["status"] == "conflict" and git.in_progress(vdir):
         unmerged = git.run(vdir, "diff", "--name-only", "--diff-filter=U").split()
         if unmerged:
-            raise SeriesError(f"still unmerged in vllm/: {', '.join(unmerged)}",
-                              "fix them, git -C vllm add <files>, scripts/rebase.sh --continue")
+            raise SeriesError(
+                f"still unmerged in vllm/: {', '.join(unmerged)}",
+                "fix them, git -C vllm add <files>, scripts/rebase.sh --continue",
+            )
         # am does not keep --committer-date-is-author-date across --continue: pass the date
         text = (state_dir() / "backup" / "patches" / row.name).read_text(errors="replace")
         m = re.search(r"^Date: (.+)$", text, re.M)
         env = {**apply.AM_ENV, **({"GIT_COMMITTER_DATE": m.group(1)} if m else {})}
         out = git.run(vdir, "am", "--continue", check=False, env=env)
         if git.in_progress(vdir):
-            raise SeriesError(f"git am --continue did not finish:\n{out.strip()[-600:]}",
-                              "scripts/rebase.sh --skip   # when the fix leaves nothing to add")
+            raise SeriesError(
+                f"git am --continue did not finish:\n{out.strip()[-600:]}",
+                "scripts/rebase.sh --skip   # when the fix leaves nothing to add",
+            )
     if st["status"] == "conflict" and git.rev(vdir, "HEAD") != st["head"]:
         text = (state_dir() / "backup" / "patches" / row.name).read_text(errors="replace")
-        files = next((m.group(1) for e in row.evidence
-                      if (m := re.search(r"unmerged files: (.*)", e))), "")
-        row.evidence = ["conflicted on the 3-way merge" + (f" in {files}" if files else "")
-                        + "; fixed by hand and continued"]
+        files = next(
+            (m.group(1) for e in row.evidence if (m := re.search(r"unmerged files: (.*)", e))), ""
+        )
+        row.evidence = [
+            "conflicted on the 3-way merge"
+            + (f" in {files}" if files else "")
+            + "; fixed by hand and continued"
+        ]
         row.cls = ""
         _carried(st, row, text, threeway=True, resolved=True)
     elif st["status"] in ("replaying", "conflict"):
@@ -701,8 +919,11 @@ def _snapshot(path: Path) -> dict[str, bytes]:
     """{relative name: bytes} of a file or of the files in a folder (for "did it change?")."""
     if path.is_file():
         return {path.name: path.read_bytes()}
-    return {str(f.relative_to(path)): f.read_bytes() for f in sorted(path.rglob("*"))
-            if f.is_file()} if path.is_dir() else {}
+    return (
+        {str(f.relative_to(path)): f.read_bytes() for f in sorted(path.rglob("*")) if f.is_file()}
+        if path.is_dir()
+        else {}
+    )
 
 
 def abort(quiet: bool = False) -> int:
@@ -720,30 +941,34 @@ def abort(quiet: bool = False) -> int:
         git.run(vdir, "update-ref", f"refs/heads/{apply.BRANCH}", orig_series)
     if st["orig_branch"]:
         git.run(vdir, "checkout", "-q", "-f", st["orig_branch"])
-    if (backup / "upstream.toml").exists() and _snapshot(backup / "upstream.toml") != \
-            _snapshot(root / "upstream.toml"):
+    if (backup / "upstream.toml").exists() and _snapshot(backup / "upstream.toml") != _snapshot(
+        root / "upstream.toml"
+    ):
         shutil.copy2(backup / "upstream.toml", root / "upstream.toml")
-    if (backup / "patches").exists() and _snapshot(backup / "patches") != \
-            _snapshot(paths.patches_dir()):
+    if (backup / "patches").exists() and _snapshot(backup / "patches") != _snapshot(
+        paths.patches_dir()
+    ):
         shutil.rmtree(paths.patches_dir(), ignore_errors=True)
         shutil.copytree(backup / "patches", paths.patches_dir())
     if st["gitlink"] and _gitlink(root) != st["gitlink"]:
         git.run(root, "update-index", "--cacheinfo", f"160000,{st['gitlink']},vllm")
     if (state_dir() / "upstream").exists():
-        git.run(vdir, "worktree", "remove", "--force", str(state_dir() / "upstream"),
-                check=False)
+        git.run(vdir, "worktree", "remove", "--force", str(state_dir() / "upstream"), check=False)
         shutil.rmtree(state_dir() / "upstream", ignore_errors=True)
         git.run(vdir, "worktree", "prune")
     _drop_refs(vdir, st["refs"] + [REFS + n for n in ("orig-head", "orig-series", "old-tip")])
     shutil.rmtree(backup, ignore_errors=True)
     _state_file().unlink()
     if not quiet:
-        print(f"rebase: aborted; vllm/ is back at {st['orig_branch'] or st['orig_head'][:12]}, "
-              f"the pin at {st['old']['tag']}, patches/ as before")
+        print(
+            f"rebase: aborted; vllm/ is back at {st['orig_branch'] or st['orig_head'][:12]}, "
+            f"the pin at {st['old']['tag']}, patches/ as before"
+        )
     return 0
 
 
 # ---- --check: the same, in a throw-away copy ---------------------------------------------------
+
 
 @contextmanager
 def _scratch_workspace():
@@ -753,8 +978,7 @@ def _scratch_workspace():
     real_root, real_vdir = paths.root(), paths.vllm_dir()
     if not git.is_repo(real_vdir):
         raise SeriesError("vllm/ is not materialised", "scripts/setup.sh")
-    common = Path(git.run(real_vdir, "rev-parse", "--path-format=absolute",
-                          "--git-common-dir"))
+    common = Path(git.run(real_vdir, "rev-parse", "--path-format=absolute", "--git-common-dir"))
     with tempfile.TemporaryDirectory(prefix="vseries-check-") as tmp:
         ws = Path(tmp)
         shutil.copy2(real_root / "upstream.toml", ws)
@@ -769,8 +993,14 @@ def _scratch_workspace():
         vdir.mkdir()
         git.run(vdir, "init", "-q")
         (vdir / ".git" / "objects" / "info" / "alternates").write_text(f"{common}/objects\n")
-        git.run(vdir, "fetch", "-q", str(real_vdir), "refs/replace/*:refs/replace/*",
-                "refs/tags/*:refs/tags/*")
+        git.run(
+            vdir,
+            "fetch",
+            "-q",
+            str(real_vdir),
+            "refs/replace/*:refs/replace/*",
+            "refs/tags/*:refs/tags/*",
+        )
         git.run(vdir, "checkout", "-q", "--detach", pinmod.load().commit)
         saved = os.environ.get("VSERIES_ROOT")
         os.environ["VSERIES_ROOT"] = str(ws)
@@ -783,8 +1013,13 @@ def _scratch_workspace():
                 os.environ["VSERIES_ROOT"] = saved
 
 
-def check(target: str, commit: str | None = None, route: str = "auto", contracts: bool = True,
-          report: Path | None = None) -> int:
+def check(
+    target: str,
+    commit: str | None = None,
+    route: str = "auto",
+    contracts: bool = True,
+    report: Path | None = None,
+) -> int:
     """Classify the series against ``target`` without changing the workspace.
 
     Returns:
@@ -796,6 +1031,7 @@ def check(target: str, commit: str | None = None, route: str = "auto", contracts
 
 
 # ---- command line ----------------------------------------------------------------------------
+
 
 def main(args) -> int:
     if args.abort:
@@ -810,25 +1046,41 @@ def main(args) -> int:
         raise SeriesError(f"--commit {args.commit!r} is not a full 40-hex commit id")
     if args.check:
         return check(args.target, args.commit, args.source, not args.no_contracts, args.report)
-    return start(args.target, args.commit, args.source, not args.no_contracts,
-                 report=args.report)
+    return start(args.target, args.commit, args.source, not args.no_contracts, report=args.report)
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("rebase", help="rebase the series onto a newer upstream release")
     p.add_argument("target", nargs="?", help="release tag, e.g. v0.22.0")
-    p.add_argument("--commit", help="the tag's full 40-hex upstream commit id, when the source "
-                   "release only names a short one (checked against it)")
-    p.add_argument("--source", choices=("auto", "git", "sdist"), default="auto",
-                   help="where the new release comes from (auto: git, then PyPI)")
-    p.add_argument("--check", action="store_true",
-                   help="classify only, in a temporary copy; exit 1 when a patch conflicts")
+    p.add_argument(
+        "--commit",
+        help="the tag's full 40-hex upstream commit id, when the source "
+        "release only names a short one (checked against it)",
+    )
+    p.add_argument(
+        "--source",
+        choices=("auto", "git", "sdist"),
+        default="auto",
+        help="where the new release comes from (auto: git, then PyPI)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="classify only, in a temporary copy; exit 1 when a patch conflicts",
+    )
     p.add_argument("--report", type=Path, help="write the Markdown report here")
-    p.add_argument("--no-contracts", action="store_true",
-                   help="do not run the patches' contract tests on plain upstream")
+    p.add_argument(
+        "--no-contracts",
+        action="store_true",
+        help="do not run the patches' contract tests on plain upstream",
+    )
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--continue", dest="cont", action="store_true",
-                   help="go on after fixing a conflict, or after an interrupted run")
+    g.add_argument(
+        "--continue",
+        dest="cont",
+        action="store_true",
+        help="go on after fixing a conflict, or after an interrupted run",
+    )
     g.add_argument("--skip", action="store_true", help="drop the conflicting patch and go on")
     g.add_argument("--abort", action="store_true", help="put everything back as before")
     p.set_defaults(func=main)

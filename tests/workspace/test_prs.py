@@ -60,6 +60,7 @@ def edit_line(name: str, line: int, new: str):
         lines = (repo / name).read_text().splitlines(keepends=True)
         lines[line - 1] = new + "\n"
         (repo / name).write_text("".join(lines))
+
     return edit
 
 
@@ -67,14 +68,18 @@ def write(name: str, text: str):
     def edit(repo: Path):
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         (repo / name).write_text(text)
+
     return edit
 
 
-MSG = ("[Perf][Kernel] {}\n\n## Purpose\n\nWhy {} helps.\n\n## Test Plan\n\nunit tests\n\n"
-       "Upstream-Status: Pending")
+MSG = (
+    "[Perf][Kernel] {}\n\n## Purpose\n\nWhy {} helps.\n\n## Test Plan\n\nunit tests\n\n"
+    "Upstream-Status: Pending"
+)
 
 
 # --- branches --------------------------------------------------------------------------------
+
 
 def test_one_branch_per_patch_alone_trailer_stripped_series_untouched(tiny):
     p1 = add(tiny, edit_line("a.py", 5, "five"), MSG.format("five", "five"))
@@ -85,12 +90,13 @@ def test_one_branch_per_patch_alone_trailer_stripped_series_untouched(tiny):
     done = prs.prs(hooks=False, tests=False)
     assert [pr.ok for pr in done] == [True, True]
     for pr in done:
-        assert git(vdir, "rev-parse", f"{pr.branch}^") == pinned       # alone on the base
+        assert git(vdir, "rev-parse", f"{pr.branch}^") == pinned  # alone on the base
         msg = git(vdir, "log", "-1", "--format=%B", pr.branch)
-        assert msg.startswith("[Perf][Kernel] ")                         # tags kept (am -k)
+        assert msg.startswith("[Perf][Kernel] ")  # tags kept (am -k)
         assert "Upstream-Status" not in msg and "Signed-off-by: t <t@t>" in msg
     assert vgit.patch_id(vdir, git(vdir, "show", done[0].branch) + "\n") == vgit.patch_id(
-        vdir, p1.read_text())                                            # the same change
+        vdir, p1.read_text()
+    )  # the same change
     assert git(vdir, "symbolic-ref", "--short", "HEAD") == "series"
     assert (git(vdir, "rev-parse", "HEAD"), git(vdir, "rev-parse", "series")) == (head, tip)
     assert git(vdir, "status", "--porcelain") == ""
@@ -99,8 +105,7 @@ def test_one_branch_per_patch_alone_trailer_stripped_series_untouched(tiny):
     assert (out / "title.txt").read_text() == "[Perf][Kernel] five\n"
     assert (out / "branch.txt").read_text() == "pr/perf-kernel-five\n"
     cmd = (out / "commands.sh").read_text()
-    assert "git -C vllm push --force fork pr/perf-kernel-five:refs/heads/pr/perf-kernel-five" \
-        in cmd
+    assert "git -C vllm push --force fork pr/perf-kernel-five:refs/heads/pr/perf-kernel-five" in cmd
     assert "gh pr create --repo vllm-project/vllm --base main" in cmd
     assert "--title '[Perf][Kernel] five' --body-file \"$here/body.md\"" in cmd
     assert subprocess.run(["bash", "-n", str(out / "commands.sh")]).returncode == 0
@@ -146,10 +151,14 @@ def test_base_option_puts_the_branch_on_that_ref(tiny):
 
 # --- DCO ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("signoff, why", [
-    ("", "has no Signed-off-by: line"),
-    ("Signed-off-by: someone else <s@e>", "is not signed off by its author t <t@t>"),
-])
+
+@pytest.mark.parametrize(
+    "signoff, why",
+    [
+        ("", "has no Signed-off-by: line"),
+        ("Signed-off-by: someone else <s@e>", "is not signed off by its author t <t@t>"),
+    ],
+)
 def test_patch_without_its_authors_signoff_is_refused(tiny, signoff, why):
     p = add(tiny, write("b.py", "x = 6\n"), "[Core] six")
     p.write_text(p.read_text().replace("Signed-off-by: t <t@t>", signoff))
@@ -161,7 +170,7 @@ def test_patch_without_its_authors_signoff_is_refused(tiny, signoff, why):
 
 # --- the patch's own tests ---------------------------------------------------------------------
 
-TESTS = '''import pytest
+TESTS = """import pytest
 
 
 def test_cpu():
@@ -176,22 +185,27 @@ def test_gpu_marked():
 @pytest.mark.parametrize("n", [1, 2])
 def test_gpu_unmarked(n):
     raise AssertionError("Torch not compiled with CUDA enabled")
-'''
+"""
 
 
 def test_patch_tests_run_on_cpu_and_cuda_ones_are_listed(tiny):
     add(tiny, write("tests/kernels/test_feature.py", TESTS), "[Kernel] feature with tests")
-    add(tiny, write("tests/test_broken.py", "def test_wrong():\n    assert 2 + 2 == 5\n"),
-        "[Core] broken test")
+    add(
+        tiny,
+        write("tests/test_broken.py", "def test_wrong():\n    assert 2 + 2 == 5\n"),
+        "[Core] broken test",
+    )
     good, bad = prs.prs(hooks=False, tests=True)
     t = "tests/kernels/test_feature.py"
     assert good.ok and good.checks.passed == [f"{t}::test_cpu"]
-    assert good.checks.needs_cuda == [f"{t}::test_gpu_marked", f"{t}::test_gpu_unmarked[1]",
-                                      f"{t}::test_gpu_unmarked[2]"]
+    assert good.checks.needs_cuda == [
+        f"{t}::test_gpu_marked",
+        f"{t}::test_gpu_unmarked[1]",
+        f"{t}::test_gpu_unmarked[2]",
+    ]
     body = (tiny / "out/prs/0001/body.md").read_text()
     assert f"`pytest {t}` on a CPU-only host" in body and "1 passed" in body
-    assert "not run: needs CUDA, 3 cases: `test_gpu_marked`, `test_gpu_unmarked` (2 cases)" \
-        in body
+    assert "not run: needs CUDA, 3 cases: `test_gpu_marked`, `test_gpu_unmarked` (2 cases)" in body
     assert not bad.ok and "test tests/test_broken.py::test_wrong fails" in bad.problems[0]
 
 
@@ -231,10 +245,16 @@ def test_hooks_that_cannot_be_installed_are_a_clear_problem(tiny, tmp_path, monk
     """No package index (fresh PRE_COMMIT_HOME, index unreachable): refused, saying why."""
     new_base(tiny, {".pre-commit-config.yaml": RUFF_CONFIG})
     add(tiny, write("b.py", "x = 15\n"), "[Core] fifteen")
-    for k, v in {"PRE_COMMIT_HOME": str(tmp_path / "pc"), "PIP_INDEX_URL":
-                 "http://127.0.0.1:9/simple", "PIP_NO_CACHE_DIR": "1", "PIP_RETRIES": "0",
-                 "PIP_FIND_LINKS": "", "PIP_EXTRA_INDEX_URL": "", "PIP_TIMEOUT": "2",
-                 "PIP_CONFIG_FILE": os.devnull}.items():
+    for k, v in {
+        "PRE_COMMIT_HOME": str(tmp_path / "pc"),
+        "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+        "PIP_NO_CACHE_DIR": "1",
+        "PIP_RETRIES": "0",
+        "PIP_FIND_LINKS": "",
+        "PIP_EXTRA_INDEX_URL": "",
+        "PIP_TIMEOUT": "2",
+        "PIP_CONFIG_FILE": os.devnull,
+    }.items():
         monkeypatch.setenv(k, v)
     [pr] = prs.prs(hooks=True, tests=False)
     assert not pr.ok and pr.problems[0].startswith("pre-commit could not run vLLM's hooks")
@@ -251,14 +271,17 @@ def test_derived_config_of_vllms_own_hooks(pristine):
     assert hooks["ruff-check"]["additional_dependencies"] == ["ruff==0.14.0"]
     assert hooks["ruff-check"]["entry"] == "ruff check --force-exclude"
     assert hooks["typos"]["additional_dependencies"] == ["typos==1.43.5"]
-    assert hooks["typos"]["args"] == ["--force-exclude"]            # vLLM's override kept
+    assert hooks["typos"]["args"] == ["--force-exclude"]  # vLLM's override kept
     assert hooks["mypy-local"]["additional_dependencies"][0] == "mypy[faster-cache]==1.19.1"
     assert not {"mypy-3.10", "signoff-commit", "clang-format", "shellcheck"} & set(hooks)
     _, not_run = prs.derive_config(pristine, ["docs/README.md"])
     assert [h for h, _ in not_run] == ["markdownlint-cli2"]
+    derived, not_run = prs.derive_config(pristine / "docs", ["README.md"])  # no config there
+    assert derived["repos"][0]["hooks"] == [] and "no .pre-commit-config.yaml" in not_run[0][1]
 
 
 # --- push ----------------------------------------------------------------------------------------
+
 
 def test_push_to_an_unreachable_remote_is_refused_before_anything(tiny):
     add(tiny, write("b.py", "x = 9\n"), "[Core] nine")
@@ -287,6 +310,7 @@ def test_push_is_all_or_nothing(tiny, tmp_path):
 
 # --- record ----------------------------------------------------------------------------------
 
+
 def test_record_marks_the_patch_submitted_in_vllm_and_patches(tiny):
     add(tiny, write("b.py", "x = 11\n"), MSG.format("eleven", "eleven"))
     p2 = add(tiny, edit_line("a.py", 7, "seven"), MSG.format("seven", "seven"))
@@ -301,8 +325,9 @@ def test_record_marks_the_patch_submitted_in_vllm_and_patches(tiny):
     assert git(vdir, "diff", applied[-1], "HEAD") == "" and git(vdir, "status", "--porcelain") == ""
     assert status + "\nSigned-off-by: t <t@t>" in series.load()[0].path.read_text()
     assert p2.read_bytes() == before2
-    assert apply.apply() == git(vdir, "rev-list", "--reverse", f"{pinmod.load().commit}..HEAD"
-                                ).split()                           # nothing to re-apply
+    assert (
+        apply.apply() == git(vdir, "rev-list", "--reverse", f"{pinmod.load().commit}..HEAD").split()
+    )  # nothing to re-apply
     done = prs.prs(hooks=False, tests=False)
     assert "Upstream-Status" not in git(vdir, "log", "-1", "--format=%B", done[0].branch)
     assert f"gh pr edit {URL}" in (tiny / "out/prs/0001/commands.sh").read_text()
@@ -320,13 +345,31 @@ def test_record_refuses_when_vllm_is_not_on_the_series(tiny):
 
 # --- the body ------------------------------------------------------------------------------------
 
+
 def bench_json(variant: str, date: str, us: list[float], **extra) -> str:
-    rows = [{"case": "qwen3-30b-a3b", "dtype": "fp8", "batch": b, "variant": variant, "us": u,
-             "bytes": 1, "roofline_pct": 38.0 + i}
-            for i, (b, u) in enumerate(zip([1, 4], us, strict=True))]
-    return json.dumps({"bench": "moe", "variant": variant, "date": date, "rows": rows,
-                       "command": f"python benchmarks/bench_moe.py --variant {variant}",
-                       "device": "NVIDIA H200", **extra})
+    rows = [
+        {
+            "case": "qwen3-30b-a3b",
+            "dtype": "fp8",
+            "batch": b,
+            "variant": variant,
+            "us": u,
+            "bytes": 1,
+            "roofline_pct": 38.0 + i,
+        }
+        for i, (b, u) in enumerate(zip([1, 4], us, strict=True))
+    ]
+    return json.dumps(
+        {
+            "bench": "moe",
+            "variant": variant,
+            "date": date,
+            "rows": rows,
+            "command": f"python benchmarks/bench_moe.py --variant {variant}",
+            "device": "NVIDIA H200",
+            **extra,
+        }
+    )
 
 
 def test_body_shows_the_newest_results_with_command_and_hardware(tiny):
@@ -340,43 +383,167 @@ def test_body_shows_the_newest_results_with_command_and_hardware(tiny):
     [pr] = prs.prs(hooks=False, tests=False)
     body = (tiny / "out/prs/0001/body.md").read_text()
     assert body.startswith("## Purpose\n\nWhy swap helps.\n\n## Test Plan\n\nunit tests\n")
-    assert "- `benchmarks/results/moe-base.json` (base): on NVIDIA H200, command " \
-           "`python benchmarks/bench_moe.py --variant base`" in body
+    assert (
+        "- `benchmarks/results/moe-base.json` (base): on NVIDIA H200, command "
+        "`python benchmarks/bench_moe.py --variant base`" in body
+    )
     assert "| qwen3-30b-a3b | fp8 | 1 | 22.9 | 38 | 20.0 | 38 | 1.15x |" in body
     assert "| qwen3-30b-a3b | fp8 | 4 | 52.3 | 39 | 50.0 | 39 | 1.05x |" in body
     assert "99.0" not in body and "No results were found for `rope`." in body
+    assert "- qwen3-30b-a3b fp8: median 1.15x, min 1.05x, max 1.15x (2 rows)" in body
+    assert "<details>" not in body
     assert "Upstream-Status" not in body and "Signed-off-by" not in body
+
+
+def test_results_named_by_contract_fill_the_pending_line(tiny):
+    """No bench= option: the contract's name (swap-ab) takes swap-ab and swap-ab-gemm; the
+    reference variant comes from the series (name:ref); rows of one variant that differ in
+    another field get it as a column; failed rows are listed."""
+    msg = (
+        "[Perf] swap\n\n## Test Result\n\nCPU: 3 passed.\n\nH200 results: pending "
+        "(benchmarks/results/)\n\nEnd."
+    )
+    add(tiny, write("b.py", "x = 16\n"), msg, options="contract=tests/contract/test_swap_ab.py")
+    res = tiny / "benchmarks" / "results"
+    res.mkdir(parents=True)
+    rows = [
+        {"case": "q", "dtype": "fp8", "batch": 1, "variant": v, "kernel_variant": k, "us": us}
+        for v, k, us in [
+            ("old", "a", 10.0),
+            ("old", "b", 8.0),
+            ("new", "a", 5.0),
+            ("new", "b", None),
+        ]
+    ]
+    rows[-1]["error"] = "OutOfResources: shared memory"
+    (res / "swap-ab-gemm.json").write_text(
+        json.dumps(
+            {
+                "bench": "swap-ab-gemm",
+                "variant": "patched",
+                "rows": rows,
+                "command": "bench gemm",
+                "device": "NVIDIA H200",
+            }
+        )
+    )
+    (res / "swap-ab.json").write_text(
+        bench_json("base", "2026-11-29", [1.0, 2.0]).replace('"bench": "moe"', '"bench": "swap-ab"')
+    )
+    (res / "swap-abc.json").write_text(
+        bench_json("base", "2026-11-29", [7.0, 7.0]).replace(
+            '"bench": "moe"', '"bench": "swap-abc"'
+        )
+    )
+    text = (tiny / "patches" / "series").read_text()
+    prs.prs(hooks=False, tests=False)
+    body = (tiny / "out/prs/0001/body.md").read_text()
+    assert "Benchmark `swap-ab`:" in body and "Benchmark `swap-ab-gemm`:" in body
+    assert "swap-abc" not in body and "pending" not in body
+    assert body.index("CPU: 3 passed.") < body.index("Benchmark `swap-ab`") < body.index("End.")
+    assert "| case | dtype | batch | kernel_variant | old us | new us |" in body  # no roofline
+    assert "| q | fp8 | 1 | b | 8.0 | - |" in body
+    assert "- q fp8 1 b new: OutOfResources: shared memory" in body
+    assert "new vs old" not in body  # no reference declared: no ratio
+    (tiny / "patches" / "series").write_text(text.replace("\n", " bench=swap-ab-gemm:old\n", 1))
+    prs.prs(hooks=False, tests=False)
+    body = (tiny / "out/prs/0001/body.md").read_text()
+    assert "| q | fp8 | 1 | a | 10.0 | 5.0 | 2.00x |" in body
+    assert (
+        "Speed-up of new over old (= old time / new time; above 1: faster), per case:\n"
+        "- q fp8: median 2.00x, min 2.00x, max 2.00x (1 rows)" in body
+    )
+    assert "Benchmark `swap-ab`:" not in body
 
 
 def test_body_says_plainly_when_no_measurements_exist(tiny):
     add(tiny, write("b.py", "x = 14\n"), "[Core] fourteen\n\nJust a fix.", options="bench=none")
     prs.prs(hooks=False, tests=False)
     body = (tiny / "out/prs/0001/body.md").read_text()
-    assert "No measurements are attached to this PR (benchmarks/results holds none for none)." \
-        in body
+    assert (
+        "No measurements are attached to this PR (benchmarks/results holds none for none)." in body
+    )
     assert "## Purpose\n\nJust a fix.\n" in body and "This PR adds no test file." in body
 
 
-def test_markdown_results_are_quoted_when_no_json(tmp_path):
-    (tmp_path / "rope-report.md").write_text("| T | compiles |\n| --- | --- |\n| 1024 | 1 |\n")
+def test_long_tables_fold_under_their_summary_and_compiles_show():
+    rows = [
+        {
+            "case": "first_call",
+            "dtype": "bf16",
+            "batch": n,
+            "variant": v,
+            "us": us,
+            "compiles": c,
+            "roofline_pct": None,
+        }
+        for n in range(1, 31)
+        for v, us, c in (("base", 900.0, 1), ("patched", 90.0, 0))
+    ]
+    text = prbody.bench_table(prbody.Bench("rope", rows=rows))
+    assert text.startswith(
+        "Speed-up of patched over base (= base time / patched time; above "
+        "1: faster), per case:\n- first_call bf16: median 10.00x, min 10.00x, "
+        "max 10.00x (30 rows)"
+    )
+    assert "<details><summary>30 rows</summary>" in text and "% roofline" not in text
+    assert "| first_call | bf16 | 7 | 900.0 | 1 | 90.0 | 0 | 10.00x |" in text
+
+
+REPORT = """# Rope: base vs patched
+
+Produced by:
+- `base`: `bench_rope.py --variant base` on NVIDIA H200
+
+| case | batch | base us | patched us | patched / base |
+|---|---|---|---|---|
+""" + "".join(f"| steady | {n} | 2.0 | 1.0 | {2 + n / 100:.3f}x |\n" for n in range(1, 31))
+
+
+def test_reporter_markdown_is_preferred_folded_and_summarised(tmp_path):
+    (tmp_path / "rope_nospec.md").write_text(REPORT)
     (tmp_path / "roper.md").write_text("not this one")
-    [b] = prbody.load_results(tmp_path, ["rope"])
-    assert b.markdown.startswith("| T | compiles |") and b.sources[0]["file"].endswith(
-        "rope-report.md")
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "x.json").write_text(
+        bench_json("base", "", [1.0, 1.0]).replace('"bench": "moe"', '"bench": "rope-nospec"')
+    )
+    [b] = prbody.load_results(tmp_path, [("rope-nospec", None)])
+    assert b.rows == [] and b.sources == [
+        {"file": f"{tmp_path.parent.name}/{tmp_path.name}/rope_nospec.md"}
+    ]
+    text = prbody.measurements([b], [("rope-nospec", None)])
+    assert (
+        "Speed-up of patched over base (base time / patched time; above 1: faster), per "
+        "case:\n- steady: median 2.16x, min 2.01x, max 2.30x (30 rows)" in text
+    )
+    assert "\n### Rope: base vs patched\n" in text and "<details><summary>30 rows</summary>" in text
+    assert "on NVIDIA H200" in text
+    assert prbody.load_results(tmp_path, [("moe", None)]) == []  # nothing named moe here
 
 
 def test_unwrap_joins_wrapped_prose_only():
-    text = "Hopper needs\n64 rows.\n\n- a\n  b\n\n```\nx\n\ny\n```\n\n| t |\n| - |"
-    assert prbody.unwrap(text) == text.replace("needs\n64", "needs 64")
+    text = (
+        "Hopper needs\n64 rows:\n- a\n  b\n  - c\n1. d\n\n```\nx\n\ny\n```\n\n"
+        "    code\n    more\n\n| t |\n| - |"
+    )
+    assert prbody.unwrap(text) == text.replace("needs\n64", "needs 64").replace("a\n  b", "a b")
+
+
+def test_sections_split_by_headings_and_keep_code_indent():
+    s = prbody.sections("Why\nit helps.\n\nTest Plan:\n\n    pytest x\n\n## Test Results\n\n1 ok")
+    assert s == {"purpose": "Why it helps.", "test plan": "    pytest x", "test result": "1 ok"}
 
 
 def test_strip_status_keeps_everything_else():
-    text = ("Subject: [X] y\n\nbody\n\nUpstream-Status: Pending\nSigned-off-by: a <a@b>\n"
-            "---\n a | 1 +\ndiff --git a/a b/a\n+Upstream-Status: Pending\n")
+    text = (
+        "Subject: [X] y\n\nbody\n\nUpstream-Status: Pending\nSigned-off-by: a <a@b>\n"
+        "---\n a | 1 +\ndiff --git a/a b/a\n+Upstream-Status: Pending\n"
+    )
     assert prbody.strip_status(text) == text.replace("Upstream-Status: Pending\nSigned", "Signed")
 
 
 # --- golden files for the real series ----------------------------------------------------------
+
 
 def real_entries() -> list[series.Entry]:
     _, entries = series.read(ROOT / "patches" / "series")
@@ -387,10 +554,12 @@ def rendered(entry: series.Entry, checks: prbody.Checks | None) -> tuple[str, st
     path = ROOT / "patches" / entry.name
     info = prbody.parse(path)
     pin = pinmod.load(ROOT / "upstream.toml")
-    names = [n for n in entry.options.get("bench", "").split(",") if n]
+    names = prbody.bench_names(entry.options)
     results = prbody.load_results(ROOT / "benchmarks" / "results", names)
-    return (prbody.title(info) + "\n",
-            prbody.body(info, f"{pin.tag} ({pin.commit[:12]})", results, names, checks))
+    return (
+        prbody.title(info) + "\n",
+        prbody.body(info, f"{pin.tag} ({pin.commit[:12]})", results, names, checks),
+    )
 
 
 @pytest.mark.parametrize("entry", real_entries(), ids=lambda e: e.name)
@@ -399,18 +568,27 @@ def test_golden_title_and_body_of_real_patch(entry):
     if UPDATE:
         pytest.skip("updating goldens: the slow test writes them")
     checks = GOLDEN / f"{stem}.checks.json"
-    assert checks.exists(), (f"no golden for {entry.name}; make them with "
-                             "VSERIES_UPDATE_GOLDEN=1 pytest -m slow tests/workspace/test_prs.py "
-                             "-k golden")
+    assert checks.exists(), (
+        f"no golden for {entry.name}; make them with "
+        "VSERIES_UPDATE_GOLDEN=1 pytest -m slow tests/workspace/test_prs.py "
+        "-k golden"
+    )
     title, body = rendered(entry, prbody.Checks.from_json(checks.read_text()))
-    assert title == (GOLDEN / f"{stem}.title.txt").read_text()
-    assert body == (GOLDEN / f"{stem}.body.md").read_text()
+    again = (
+        "the patch, its results or the generator changed; if on purpose, regenerate: "
+        "VSERIES_UPDATE_GOLDEN=1 pytest -m slow tests/workspace/test_prs.py -k golden"
+    )
+    assert title == (GOLDEN / f"{stem}.title.txt").read_text(), again
+    assert body == (GOLDEN / f"{stem}.body.md").read_text(), again
 
 
 def test_golden_files_match_the_series():
     stems = {Path(e.name).stem for e in real_entries()}
-    have = {re.sub(r"\.(title\.txt|body\.md|checks\.json)$", "", p.name)
-            for p in GOLDEN.iterdir()} if GOLDEN.is_dir() else set()
+    have = (
+        {re.sub(r"\.(title\.txt|body\.md|checks\.json)$", "", p.name) for p in GOLDEN.iterdir()}
+        if GOLDEN.is_dir()
+        else set()
+    )
     assert have == stems or UPDATE, f"golden/ holds {sorted(have)}, the series {sorted(stems)}"
 
 
@@ -434,4 +612,5 @@ def test_golden_real_series_end_to_end(ws):
         assert title == (GOLDEN / f"{stem}.title.txt").read_text()
         assert body == (GOLDEN / f"{stem}.body.md").read_text()
         assert json.loads(pr.checks.to_json()) == json.loads(
-            (GOLDEN / f"{stem}.checks.json").read_text())
+            (GOLDEN / f"{stem}.checks.json").read_text()
+        )
