@@ -50,7 +50,9 @@ def table(rows: list[dict], ref: str) -> tuple[str, list[str]]:
         cells.append(str(batch))
         cells += [f"{vs[v]['us']:.1f}" if v in vs else "-" for v in variants]
         for v in variants[1:]:
-            ok = v in vs and ref in vs and vs[v]["us"] > 0
+            # a ratio only where time measures work (rows with bytes that must move):
+            # compile and host-timed first calls are shown, not divided
+            ok = v in vs and ref in vs and vs[v]["us"] > 0 and vs[v].get("bytes") is not None
             cells.append(f"{vs[ref]['us'] / vs[v]['us']:.3f}x" if ok else "-")
         cells += [
             f"{vs[v]['roofline_pct']:.0f}"
