@@ -230,8 +230,9 @@ def make_kernel(layer: Layer, variant: str):
 
         backend, experts_cls = Fp8MoeBackend.TRITON, TritonExperts
     else:
-        from vllm import _custom_ops as ops
         from vllm.model_executor.layers.fused_moe.experts.cutlass_moe import CutlassExpertsFp8
+
+        from vllm import _custom_ops as ops
 
         cap = torch.cuda.get_device_capability()
         if not ops.cutlass_group_gemm_supported(cap[0] * 10 + cap[1]):
@@ -424,9 +425,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     import triton
-    import vllm
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.v1.worker.workspace import init_workspace_manager
+
+    import vllm
 
     result.update(
         device=torch.cuda.get_device_name(),

@@ -110,8 +110,12 @@ def main() -> int:
     p.add_argument("--dump", help=f"also save the outputs at T in {DUMP_T} to this .pt file")
     p.add_argument("--heads", type=int, default=64, help="attention heads (default 64)")
     p.add_argument("--groups", type=int, default=8, help="output groups (default 8)")
-    p.add_argument("--graph-max-t", type=int, default=GRAPH_MAX_T,
-                   help="time steady state under CUDA-graph replay up to this T (default 64)")
+    p.add_argument(
+        "--graph-max-t",
+        type=int,
+        default=GRAPH_MAX_T,
+        help="time steady state under CUDA-graph replay up to this T (default 64)",
+    )
     p.add_argument("--compare", nargs=2, metavar="PT", help="compare two --dump files instead")
     args = p.parse_args()
     if args.compare:

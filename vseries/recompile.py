@@ -24,9 +24,9 @@ The API, smallest first:
 - ``CompileRecorder`` / ``sweep(fn, ...)``: on a CUDA host, run a callable over a token-count
   sweep and record every Triton compile (kernel, token count, milliseconds) through Triton's
   ``jit_cache_hook`` / ``jit_post_compile_hook``.
-
-- ``own_vllm_metadata()``: before vLLM is imported, make ``importlib.metadata`` describe the
-  vLLM tree under test, so that a plain upstream checkout keeps the real Triton on a CPU host.
+- ``use_vllm_tree()``: before vLLM is imported, make the vLLM tree under test the only one the
+  process sees (its own metadata, none of the installed vLLM's modules), so that a plain
+  upstream checkout keeps the real Triton on a CPU host (the contract tests call it).
 
 ``python -m vseries.recompile`` prints the audit table of the DeepSeek-V4 path and the MoE
 path (``AUDIT``); with CUDA present it also sweeps the rope kernel.
@@ -39,6 +39,7 @@ import atexit
 import contextlib
 import dataclasses
 import importlib
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import json
@@ -357,7 +358,7 @@ def load_kernel(module: str, name: str) -> Any:
         LookupError: the module does not import or has no such attribute.
         NotATritonKernel: the attribute is not a JITFunction (e.g. vLLM's Triton placeholder
             on a host without a driver: set CUDA_VISIBLE_DEVICES="" before importing vLLM,
-            and see ``own_vllm_metadata``).
+            and see ``use_vllm_tree``).
     """
     from triton.runtime.jit import JITFunction
 
@@ -372,7 +373,7 @@ def load_kernel(module: str, name: str) -> Any:
     if not isinstance(obj, JITFunction):
         raise NotATritonKernel(
             f"{module}.{name} is {type(obj).__name__}, not a Triton JITFunction (vLLM's Triton "
-            'placeholder? set CUDA_VISIBLE_DEVICES="" and see recompile.own_vllm_metadata)'
+            'placeholder? set CUDA_VISIBLE_DEVICES="" and see recompile.use_vllm_tree)'
         )
     return obj
 
@@ -407,27 +408,34 @@ def rope_kernel() -> tuple[Any, KernelLocation]:
     return find_kernel(ROPE_LOCATIONS)
 
 
-def own_vllm_metadata() -> str | None:
-    """Make ``importlib.metadata`` describe the vLLM tree that ``import vllm`` will load.
+def use_vllm_tree() -> str | None:
+    """Make the vLLM tree that ``import vllm`` loads the only vLLM this process sees.
 
-    Call it before vLLM is imported. vLLM v0.24.0 and later read the version of the installed
-    ``vllm`` distribution (``importlib.metadata.version("vllm")``) to tell a CPU build: with
-    "cpu" in it, and no CPU backend in Triton, ``vllm/triton_utils/importing.py`` puts its
-    Triton placeholder in place whatever ``CUDA_VISIBLE_DEVICES`` says (v0.33.0: through
-    ``vllm.platforms.vllm_version_matches_substr``, which also makes the platform CPU). A
-    plain checkout put first on PYTHONPATH (the base, or plain upstream in the rebase tool) has
-    no metadata of its own, so that question is answered by whichever vLLM is installed: in
-    this workspace the patched pin, labelled "0.21.0+cpu" because it was built against a
-    CPU-only torch. The newer tree then takes itself for a CPU build, and its kernels are not
-    Triton kernels. Here the tree gets a metadata entry of its own (``vllm-<version>.dist-info``
-    in a temporary directory put first on ``sys.path``, which importlib.metadata searches in
-    order; no module is importable from it), with the tree's version: from its
-    ``vllm/_version.py`` or ``PKG-INFO`` when it has one, else "0+unknown". An installed vLLM,
-    or a source release with its egg-info, keeps its own metadata.
+    Call it before vLLM is imported. A plain checkout put first on PYTHONPATH (the base, or
+    plain upstream in the rebase tool) is not the installed vLLM (here: the patched pin,
+    installed editable), and the installed one leaks into it in two ways, both fixed here:
+
+    - Metadata. vLLM v0.24.0 and later read ``importlib.metadata.version("vllm")`` to tell a
+      CPU build: with "cpu" in it, and no CPU backend in Triton,
+      ``vllm/triton_utils/importing.py`` puts its Triton placeholder in place whatever
+      ``CUDA_VISIBLE_DEVICES`` says (v0.33.0: through
+      ``vllm.platforms.vllm_version_matches_substr``, which also makes the platform CPU). A
+      checkout has no metadata of its own, so the installed vLLM answers: "0.21.0+cpu", as it
+      was built against a CPU-only torch. The tree gets a metadata entry of its own
+      (``vllm-<version>.dist-info`` in a temporary directory put first on ``sys.path``, which
+      importlib.metadata searches in order; nothing is importable from it), with the tree's
+      version from its ``vllm/_version.py`` or ``PKG-INFO`` when it has one, else "0+unknown".
+    - Modules. setuptools' editable finder (on ``sys.meta_path``, after the path finder)
+      resolves ``vllm.<name>`` that the tree lacks in the installed tree: ``vllm._C`` and
+      ``vllm._moe_C`` (the pin's release kernels) and ``vllm._version`` would be the pin's.
+      Meta-path finders that find ``vllm`` outside the tree are removed.
+
+    An installed vLLM (editable or not), or a source release with its egg-info, is left as
+    it is.
 
     Returns:
         The version given to the tree, or None when nothing was done (vllm already imported,
-        not importable, or its metadata is its own).
+        not importable, or the tree is the installed vLLM).
     """
     if "vllm" in sys.modules:
         return None
@@ -440,6 +448,12 @@ def own_vllm_metadata() -> str | None:
             return None
     except importlib.metadata.PackageNotFoundError:
         pass
+    for finder in list(sys.meta_path):
+        if finder is importlib.machinery.PathFinder or not hasattr(finder, "find_spec"):
+            continue
+        found = finder.find_spec("vllm", None)
+        if found is not None and found.origin and tree not in Path(found.origin).parents:
+            sys.meta_path.remove(finder)
     version = _tree_version(tree)
     where = Path(tempfile.mkdtemp(prefix="vseries-vllm-metadata-"))
     atexit.register(shutil.rmtree, where, ignore_errors=True)
@@ -463,6 +477,9 @@ def _metadata_tree(dist: importlib.metadata.Distribution) -> Path:
 
 
 def _tree_version(tree: Path) -> str:
+    """A vLLM tree's version: from its vllm/_version.py (setuptools-scm's, in a source
+    release) or PKG-INFO; "0+unknown" for a checkout that has neither (the rebase tool's
+    plain-upstream worktree: the sdist-only files are removed)."""
     for path, pattern in (
         (tree / "vllm" / "_version.py", r"__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)"),
         (tree / "PKG-INFO", r"^Version:\s*(\S+)"),
@@ -779,6 +796,9 @@ def rope_launches(
 
     Raises:
         LookupError: as ``find_kernel`` (no known location holds the rope kernel).
+        RuntimeError: the release's host code asserts on these inputs (its signature or
+            checks changed); raised as RuntimeError so that a contract test does not read it
+            as a failed assertion about the kernel.
     """
     import torch
 
@@ -790,9 +810,17 @@ def rope_launches(
         for t in token_counts:
             o = torch.empty(t, heads, 512, dtype=torch.bfloat16, device=device)
             positions = torch.zeros(t, dtype=torch.int64, device=device)
-            mod.fused_inv_rope_fp8_quant(
-                o, positions, cache, groups, heads // groups, tma_aligned_scales=tma_aligned_scales
-            )
+            try:
+                mod.fused_inv_rope_fp8_quant(
+                    o,
+                    positions,
+                    cache,
+                    groups,
+                    heads // groups,
+                    tma_aligned_scales=tma_aligned_scales,
+                )
+            except AssertionError as e:  # not a finding about the kernel: the inputs do not fit
+                raise RuntimeError(f"{loc}: the host code rejected the inputs: {e!r}") from e
     return launches
 
 
@@ -860,8 +888,8 @@ def _gpu_sweep() -> dict:
         mod.fused_inv_rope_fp8_quant(o, positions, cache, groups, heads // groups)
 
     rec = sweep(run, sync=torch.cuda.synchronize)
-    # CompileRecorder names a kernel module.function (the staticmethod's own name, `kernel`).
-    events = rec.for_kernel(f"{loc.module}.{loc.attr.rsplit('.', 1)[-1]}")
+    # CompileRecorder names a kernel module.qualname (Triton's JitFunctionInfo), i.e. loc.
+    events = rec.for_kernel(f"{loc.module}.{loc.attr}")
     return {
         "kernel": str(loc),
         "variants": len(events),
@@ -900,7 +928,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = p.parse_args(argv)
 
-    own_vllm_metadata()  # before vLLM is imported: keep the real Triton on a CPU host
+    use_vllm_tree()  # before vLLM is imported: keep the real Triton on a CPU host
     rows = _audit_rows(args.keys)
     vllm = sys.modules.get("vllm")
     result: dict[str, Any] = {"vllm": getattr(vllm, "__file__", None), "audit": rows}

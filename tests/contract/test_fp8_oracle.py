@@ -43,8 +43,9 @@ torch = pytest.importorskip("torch")
 
 from vseries import recompile  # noqa: E402  (after importorskip)
 
-# Before vLLM is imported: a plain upstream tree must not take itself for a CPU build.
-recompile.own_vllm_metadata()
+# Before vLLM is imported: a plain upstream tree must not take itself for a CPU build,
+# nor import the installed vLLM's modules.
+recompile.use_vllm_tree()
 
 # Availability checks the oracle's kernel classes call, mocked so that the answer does not
 # depend on what the host has installed. Patched in every loaded vllm module that bound the
@@ -176,14 +177,15 @@ def _moe_config(ep_size: int = 1, moe_backend: str = "auto"):
         max_num_tokens=512,
         moe_backend=moe_backend,
     )
-    size = "intermediate_size" if "intermediate_size" in fields else "intermediate_size_per_partition"
-    values[size] = 768
+    if "intermediate_size" in fields:  # v0.24.0 on: the full size, split by __post_init__
+        values["intermediate_size"] = 768
+    else:
+        values["intermediate_size_per_partition"] = 768
     unknown = [n for n, f in fields.items() if f.default is f.empty and n not in values]
-    if unknown or "moe_backend" not in fields:
-        raise TypeError(
-            f"this contract cannot build this release's FusedMoEConfig: it requires {unknown}"
-            if unknown else "this release's FusedMoEConfig takes no moe_backend"
-        )
+    if unknown:
+        raise TypeError(f"this contract cannot build this release's FusedMoEConfig: {unknown}?")
+    if "moe_backend" not in fields:
+        raise TypeError("this release's FusedMoEConfig takes no moe_backend")
     return FusedMoEConfig(**{n: v for n, v in values.items() if n in fields})
 
 

@@ -45,8 +45,9 @@ triton = pytest.importorskip("triton")
 
 from vseries import recompile  # noqa: E402  (after importorskip)
 
-# Before vLLM is imported: a plain upstream tree must not take itself for a CPU build.
-recompile.own_vllm_metadata()
+# Before vLLM is imported: a plain upstream tree must not take itself for a CPU build,
+# nor import the installed vLLM's modules.
+recompile.use_vllm_tree()
 
 KERNELS = {
     "fused_inv_rope_fp8_quant": recompile.ROPE_LOCATIONS,

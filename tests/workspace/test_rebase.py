@@ -30,14 +30,19 @@ A = "".join(f"line {i}\n" for i in range(1, 41))
 def edit(path: str, old: str, new: str):
     def f(repo: Path) -> None:
         (repo / path).write_text((repo / path).read_text().replace(old, new))
+
     return f
 
 
 def publish(index, version: str, files: dict[str, str], short: str = SHORT) -> None:
     """Serve a source release of ``files`` (and a wheel) as vllm ``version``."""
     top, buf = f"vllm-{version}", io.BytesIO()
-    files = {**files, "vllm/_version.py": f"__commit_id__ = commit_id = 'g{short}'\n",
-             "PKG-INFO": "Name: vllm\n", "pyproject.toml": "[project]\nname = 'vllm'\n"}
+    files = {
+        **files,
+        "vllm/_version.py": f"__commit_id__ = commit_id = 'g{short}'\n",
+        "PKG-INFO": "Name: vllm\n",
+        "pyproject.toml": "[project]\nname = 'vllm'\n",
+    }
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for name, text in files.items():
             data = text.encode()
@@ -56,9 +61,12 @@ def two(tiny, index, tmp_path, monkeypatch):
     monkeypatch.setenv("VSERIES_CACHE", str(tmp_path / "cache"))
     vdir, pdir = tiny / "vllm", tiny / "patches"
     pb = make_patch(vdir, pdir, edit("b.py", "x = 1", "x = 2"), "[Perf] b two")
-    pa = make_patch(vdir, pdir, lambda r: (edit("a.py", "line 5\n", "five\n")(r),
-                                           edit("a.py", "line 30\n", "thirty\n")(r)),
-                    "[Kernel] a five and thirty")
+    pa = make_patch(
+        vdir,
+        pdir,
+        lambda r: (edit("a.py", "line 5\n", "five\n")(r), edit("a.py", "line 30\n", "thirty\n")(r)),
+        "[Kernel] a five and thirty",
+    )
     pa = pa.rename(pdir / ("0002" + pa.name[4:]))
     (pdir / "series").write_text(f"{pb.name} contract=tests/none_b.py\n{pa.name}\n")
     apply.apply()
@@ -74,13 +82,15 @@ def cli(*argv: str) -> int:
 def snapshot(ws: Path) -> dict:
     """Everything a rebase may touch: pin, patches/, vllm/ HEAD, branch, refs, status."""
     vdir = ws / "vllm"
-    return {"pin": (ws / "upstream.toml").read_bytes(),
-            "patches": {p.name: p.read_bytes() for p in sorted((ws / "patches").iterdir())},
-            "head": git(vdir, "rev-parse", "HEAD"),
-            "branch": git(vdir, "rev-parse", "--abbrev-ref", "HEAD"),
-            "refs": git(vdir, "for-each-ref", "--format=%(refname) %(objectname)"),
-            "status": git(vdir, "status", "--porcelain"),
-            "worktrees": git(vdir, "worktree", "list", "--porcelain")}
+    return {
+        "pin": (ws / "upstream.toml").read_bytes(),
+        "patches": {p.name: p.read_bytes() for p in sorted((ws / "patches").iterdir())},
+        "head": git(vdir, "rev-parse", "HEAD"),
+        "branch": git(vdir, "rev-parse", "--abbrev-ref", "HEAD"),
+        "refs": git(vdir, "for-each-ref", "--format=%(refname) %(objectname)"),
+        "status": git(vdir, "status", "--porcelain"),
+        "worktrees": git(vdir, "worktree", "list", "--porcelain"),
+    }
 
 
 def rows_of(report: str) -> dict[str, str]:
@@ -98,6 +108,7 @@ def report_of(ws: Path, tag: str = "v0.99.0") -> str:
 
 
 # ---- synthetic: classification ---------------------------------------------------------------
+
 
 def test_same_change_upstream_is_upstreamed_and_dropped(two, index):
     a_text = A.replace("line 5\n", "five\n").replace("line 30\n", "thirty\n")
@@ -117,8 +128,9 @@ def test_same_change_upstream_is_upstreamed_and_dropped(two, index):
     assert (vdir / "a.py").read_text() == a_text and (vdir / "b.py").read_text() == "x = 2\n"
     entries = series.load()  # the upstreamed patch is gone from patches/ and series
     assert [series.subject(e.path) for e in entries] == ["[Kernel] a five and thirty"]
-    assert git(vdir, "describe", "--tags") == "v0.99.0-1-g" + git(vdir, "rev-parse",
-                                                                   "--short", "HEAD")
+    assert git(vdir, "describe", "--tags") == "v0.99.0-1-g" + git(
+        vdir, "rev-parse", "--short", "HEAD"
+    )
     assert not (two / ".vseries" / "rebase" / "state.json").exists()
 
 
@@ -148,8 +160,14 @@ def test_renamed_target_file_is_carried_with_3way_merge(two, index):
 
 def test_change_differing_by_one_hunk_conflicts_and_keeps_state(two, index):
     # upstream made the patch's first hunk, and changed the second line differently
-    publish(index, "0.99.0", {"a.py": A.replace("line 5\n", "five\n")
-                                  .replace("line 30\n", "THIRTY upstream\n"), "b.py": "x = 1\n"})
+    publish(
+        index,
+        "0.99.0",
+        {
+            "a.py": A.replace("line 5\n", "five\n").replace("line 30\n", "THIRTY upstream\n"),
+            "b.py": "x = 1\n",
+        },
+    )
     with pytest.raises(SeriesError) as e:
         cli("v0.99.0", "--commit", FULL)
     msg = str(e.value)
@@ -186,13 +204,20 @@ def test_contract_passing_on_plain_upstream_is_upstreamed_despite_a_conflict(two
     assert "conflicts there" in rep
 
 
-@pytest.mark.parametrize("body, said", [
-    ("pytest.skip('needs a CUDA device')", "contract could not decide: nothing passed or failed: "
-                                           "1 skipped"),
-    ("import vllm_moved_away", "contract could not decide: 1 failed"),
-    ("import b\n    assert b.x == 3", "not upstream: contract tests/none_b.py fails on plain "
-                                      "v0.99.0 (1 failed"),
-])
+@pytest.mark.parametrize(
+    "body, said",
+    [
+        (
+            "pytest.skip('needs a CUDA device')",
+            "contract could not decide: nothing passed or failed: 1 skipped",
+        ),
+        ("import vllm_moved_away", "contract could not decide: 1 failed"),
+        (
+            "import b\n    assert b.x == 3",
+            "not upstream: contract tests/none_b.py fails on plain v0.99.0 (1 failed",
+        ),
+    ],
+)
 def test_contract_decides_only_on_an_assertion(two, index, body, said):
     """A GPU-only contract on a CPU host, or one that cannot import what it checks, decides
     nothing: the conflict stands and the reason is given. A failing assertion says the patch is
@@ -233,8 +258,9 @@ def test_continue_after_a_manual_fix(two, index):
     vdir = two / "vllm"
     with pytest.raises(SeriesError, match="still unmerged in vllm/: a.py"):
         cli("--continue")
-    (vdir / "a.py").write_text(A.replace("line 5\n", "five\n").replace("line 30\n",
-                                                                       "THIRTY and thirty\n"))
+    (vdir / "a.py").write_text(
+        A.replace("line 5\n", "five\n").replace("line 30\n", "THIRTY and thirty\n")
+    )
     git(vdir, "add", "a.py")
     assert cli("--continue") == 0
     rep = report_of(two)
@@ -247,21 +273,27 @@ def test_continue_after_a_manual_fix(two, index):
     assert series.load()[0].contract == "tests/none_b.py"
 
 
-
-def test_upstream_going_part_of_the_way_is_partly_upstreamed_after_the_fix(tiny, index,
-                                                                           monkeypatch, tmp_path):
+def test_upstream_going_part_of_the_way_is_partly_upstreamed_after_the_fix(
+    tiny, index, monkeypatch, tmp_path
+):
     """Upstream changed the line the patch changes, toward the patch (one of two arguments):
     the 3-way merge conflicts; after the fix the patch is reported partly upstreamed."""
     monkeypatch.setenv("VSERIES_OFFLINE", "1")
     monkeypatch.setenv("VSERIES_CACHE", str(tmp_path / "cache"))
     vdir = tiny / "vllm"
-    p = make_patch(vdir, tiny / "patches",
-                   edit("a.py", "line 20\n", "@jit(skip=['num_tokens', 'stride_k'])\n"),
-                   "[Perf] no specialisation")
+    p = make_patch(
+        vdir,
+        tiny / "patches",
+        edit("a.py", "line 20\n", "@jit(skip=['num_tokens', 'stride_k'])\n"),
+        "[Perf] no specialisation",
+    )
     (tiny / "patches" / "series").write_text(p.name + "\n")
     apply.apply()
-    publish(index, "0.99.0", {"a.py": A.replace("line 20\n", "@jit(skip=['num_tokens'])\n"),
-                              "b.py": "x = 1\n"})
+    publish(
+        index,
+        "0.99.0",
+        {"a.py": A.replace("line 20\n", "@jit(skip=['num_tokens'])\n"), "b.py": "x = 1\n"},
+    )
     with pytest.raises(SeriesError, match="conflicts") as e:
         cli("v0.99.0", "--commit", FULL)
     assert "||||||| " in str(e.value)  # diff3: the base is shown too
@@ -274,6 +306,7 @@ def test_upstream_going_part_of_the_way_is_partly_upstreamed_after_the_fix(tiny,
     assert list(rows_of(rep).values()) == [classify.PARTLY]
     assert "v0.99.0 already went part of the way: it has `@jit(skip=['num_tokens'])`" in rep
     assert "-@jit(skip=['num_tokens'])" in series.load()[0].path.read_text()
+
 
 def test_skip_drops_the_patch_and_records_it(two, index):
     publish(index, "0.99.0", {"a.py": A.replace("line 30\n", "THIRTY\n"), "b.py": "x = 1\n"})
@@ -376,12 +409,14 @@ def test_release_commit_is_the_one_materialise_makes(two, index, tmp_path):
         rebase.add_release(two / "vllm", tarball, "v0.99.0", "f" * 40, "test")
 
 
-
 def test_unreachable_git_falls_back_to_the_source_release(two, index, monkeypatch, capsys):
     monkeypatch.delenv("VSERIES_OFFLINE")
     pin_file = two / "upstream.toml"
-    pin_file.write_text(pin_file.read_text().replace("https://github.com/vllm-project/vllm.git",
-                                                     "http://127.0.0.1:9/vllm.git"))
+    pin_file.write_text(
+        pin_file.read_text().replace(
+            "https://github.com/vllm-project/vllm.git", "http://127.0.0.1:9/vllm.git"
+        )
+    )
     publish(index, "0.99.0", {"a.py": A, "b.py": "x = 1\n"})
     with pytest.raises(SeriesError, match="git route failed"):
         cli("v0.99.0", "--commit", FULL, "--source", "git")
@@ -389,6 +424,7 @@ def test_unreachable_git_falls_back_to_the_source_release(two, index, monkeypatc
     assert cli("v0.99.0", "--commit", FULL) == 0
     out = capsys.readouterr().out
     assert "git route failed" in out and "verified source release vllm-0.99.0.tar.gz" in out
+
 
 def test_bad_input_is_refused_and_changes_nothing(two, index):
     before = snapshot(two)
@@ -407,20 +443,57 @@ def test_bad_input_is_refused_and_changes_nothing(two, index):
 
 # ---- real releases (slow) --------------------------------------------------------------------
 
-COMMITS = {"v0.22.0": "0b3ba88f165976e77ca5e6a7a3f5bba4562b80af",
-           "v0.24.0": "ee0da84ab9e04ac7610e28580af62c365e898389", "v0.33.0": None}
-TARGETS = {"swap-AB": "vllm/model_executor/layers/fused_moe/fused_moe.py",
-           "FP8 oracle": "vllm/model_executor/layers/fused_moe/oracle/fp8.py",
-           "rope": "fused_inv_rope_fp8_quant.py"}
+COMMITS = {
+    "v0.22.0": "0b3ba88f165976e77ca5e6a7a3f5bba4562b80af",
+    "v0.24.0": "ee0da84ab9e04ac7610e28580af62c365e898389",
+    "v0.33.0": None,
+}
+TARGETS = {
+    "swap-AB": "vllm/model_executor/layers/fused_moe/fused_moe.py",
+    "FP8 oracle": "vllm/model_executor/layers/fused_moe/oracle/fp8.py",
+    "rope": "fused_inv_rope_fp8_quant.py",
+}
 CARRIED = {classify.CLEAN, classify.THREE_WAY, classify.RESOLVED, classify.PARTLY}
-# What the design says upstream did (read from the source releases).
-EXPECTED = {"v0.22.0": {"swap-AB": CARRIED, "FP8 oracle": CARRIED, "rope": {classify.PARTLY}},
-            "v0.24.0": {"swap-AB": CARRIED, "FP8 oracle": CARRIED, "rope": CARRIED},
-            "v0.33.0": {"swap-AB": {classify.UPSTREAMED}, "FP8 oracle": CARRIED,
-                        "rope": {classify.UPSTREAMED}}}
+# What upstream did (read from the source releases, and decided by the contracts on plain
+# upstream). v0.22.0 stopped specialising the rope kernel's num_tokens, v0.33.0 also
+# scale_stride_k, but neither scale_stride_group nor quantize_and_insert_k_kernel's num_tokens:
+# the rope patch is partly upstreamed (the tool says so from the replayed diff where it can:
+# v0.22.0; on v0.33.0 the mechanical fix below resolves a modify/delete, and the contract's
+# passing and failing tests say it). v0.33.0 swaps A and B for FP8 w8a8 decode tiles on SM90
+# (its own SWAP_AB path), which is the swap-AB contract's promise: upstreamed.
+EXPECTED = {
+    "v0.22.0": {"swap-AB": CARRIED, "FP8 oracle": CARRIED, "rope": {classify.PARTLY}},
+    "v0.24.0": {"swap-AB": CARRIED, "FP8 oracle": CARRIED, "rope": CARRIED},
+    "v0.33.0": {"swap-AB": {classify.UPSTREAMED}, "FP8 oracle": CARRIED, "rope": CARRIED},
+}
+# What each patch's row must say about its contract on plain upstream: every contract decides
+# (an assertion on a named test, or all passing). The rope contract's tests run in a fixed
+# order (num_tokens, scale_stride_k, scale_stride_group, ...), so the first failing test also
+# says which earlier ones upstream passes: v0.22.0's num_tokens, v0.33.0's num_tokens and
+# scale_stride_k.
+EVIDENCE = {
+    "v0.22.0": {
+        "swap-AB": ["[fp8_w8a8_per_tensor-qwen3_30b_a3b_w13-M16]: AssertionError"],
+        "FP8 oracle": ["[per_tensor_static]: AssertionError"],
+        "rope": ["[fused_inv_rope_fp8_quant-scale_stride_k]: AssertionError"],
+    },
+    "v0.24.0": {
+        "swap-AB": ["[fp8_w8a8_per_tensor-qwen3_30b_a3b_w13-M16]: AssertionError"],
+        "FP8 oracle": ["[per_tensor_static]: AssertionError"],
+        "rope": ["[fused_inv_rope_fp8_quant-scale_stride_k]: AssertionError"],
+    },
+    "v0.33.0": {
+        "swap-AB": ["contract tests/contract/test_swap_ab.py passes on plain v0.33.0"],
+        "FP8 oracle": ["[per_tensor_static]: AssertionError"],
+        "rope": ["[fused_inv_rope_fp8_quant-scale_stride_group]: AssertionError"],
+    },
+}
 MOVE = ("vllm.v1.attention.ops.deepseek_v4_ops", "vllm.models.deepseek_v4.common.ops")
-REGION = re.compile(r"^<<<<<<< [^\n]*\n(.*?)^\|\|\|\|\|\|\| [^\n]*\n(.*?)^=======\n(.*?)"
-                    r"^>>>>>>> [^\n]*\n", re.S | re.M)
+REGION = re.compile(
+    r"^<<<<<<< [^\n]*\n(.*?)^\|\|\|\|\|\|\| [^\n]*\n(.*?)^=======\n(.*?)"
+    r"^>>>>>>> [^\n]*\n",
+    re.S | re.M,
+)
 
 
 def maintainer_fix(vdir: Path) -> None:
@@ -428,9 +501,11 @@ def maintainer_fix(vdir: Path) -> None:
     upstream's version of the region (the base lines inside upstream's side replaced by the
     patch's side); where upstream rewrote the region, take the patch's side, following
     upstream's module move (v0.22.0 moved deepseek_v4_ops)."""
+
     def fix(m):
         ours, base, theirs = m.groups()
         return ours.replace(base, theirs, 1) if base and base in ours else theirs.replace(*MOVE)
+
     unmerged = set(git(vdir, "diff", "--name-only", "--diff-filter=U").split())
     for f in unmerged:
         (vdir / f).write_text(REGION.sub(fix, (vdir / f).read_text()))
@@ -438,8 +513,14 @@ def maintainer_fix(vdir: Path) -> None:
 
 
 def which(patch_text: str) -> str | None:
-    return next((k for k, path in TARGETS.items()
-                 if re.search(rf"^diff --git a/\S*{re.escape(path)} ", patch_text, re.M)), None)
+    return next(
+        (
+            k
+            for k, path in TARGETS.items()
+            if re.search(rf"^diff --git a/\S*{re.escape(path)} ", patch_text, re.M)
+        ),
+        None,
+    )
 
 
 @pytest.mark.slow
@@ -469,8 +550,10 @@ def test_real_rebase_from_v0_21_0(ws, monkeypatch, tmp_path, tag):
                 raise
             name = st["rows"][st["next"]]["name"]
             if not EXPECTED[tag][kinds[name]] & CARRIED:
-                pytest.fail(f"{tag}: the {kinds[name]} patch should be upstreamed, but the "
-                            f"rebase stopped on it:\n{e}")
+                pytest.fail(
+                    f"{tag}: the {kinds[name]} patch should be upstreamed, but the "
+                    f"rebase stopped on it:\n{e}"
+                )
             fixed.append(name)
             maintainer_fix(ws / "vllm")
             args = ["--continue"]
@@ -481,9 +564,15 @@ def test_real_rebase_from_v0_21_0(ws, monkeypatch, tmp_path, tag):
     for name, kind in kinds.items():
         if kind:
             assert rows[name] in EXPECTED[tag][kind], (kind, rows[name], report)
+            line = next(ln for ln in report.splitlines() if f"(`{name}`)" in ln)
+            assert "contract could not decide" not in line, (kind, line)
+            for said in EVIDENCE[tag][kind]:
+                assert said in line, (kind, said, line)
     if tag == "v0.22.0" and "rope" in kinds.values():  # the patch followed the moved file
-        assert ("vllm/v1/attention/ops/deepseek_v4_ops/fused_inv_rope_fp8_quant.py -> "
-                "vllm/models/deepseek_v4/common/ops/fused_inv_rope_fp8_quant.py") in report
+        assert (
+            "vllm/v1/attention/ops/deepseek_v4_ops/fused_inv_rope_fp8_quant.py -> "
+            "vllm/models/deepseek_v4/common/ops/fused_inv_rope_fp8_quant.py"
+        ) in report
     pin = pinmod.load()
     assert pin.tag == tag and (pin.commit == COMMITS[tag] or not COMMITS[tag])
     assert len(series.load()) == sum(r != classify.UPSTREAMED for r in rows.values())
