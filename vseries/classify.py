@@ -223,6 +223,10 @@ def same_patch_id(vdir: Path, patch_text: str, old_base: str, new_base: str) -> 
     return bool(diff) and mine is not None and git.patch_id(vdir, diff + "\n") == mine
 
 
+# how pytest's JUnit report starts the message of a failed assertion (or pytest.fail)
+_ASSERTED = ("AssertionError", "assert ", "Failed:")
+
+
 def contract_verdict(test: str, tree: Path) -> tuple[str, str]:
     """Run a patch's contract test on plain upstream (``tree``).
 
@@ -241,7 +245,7 @@ def contract_verdict(test: str, tree: Path) -> tuple[str, str]:
         r = contract.run_one(test, tree, ["--junitxml", str(xml)])
         cases = _junit(xml)
     failed = [(n, m) for n, k, m in cases if k in ("failure", "error")]
-    asserted = [(n, m) for n, m in failed if m.startswith(("AssertionError", "assert ", "Failed:"))]
+    asserted = [(n, m) for n, m in failed if m.startswith(_ASSERTED)]
     skipped = [(n, m) for n, k, m in cases if k == "skipped"]
     gpu = "" if _has_gpu() else " (this host has no CUDA GPU)"
     skips = (
@@ -263,6 +267,28 @@ def contract_verdict(test: str, tree: Path) -> tuple[str, str]:
     return "undecided", (
         f"nothing passed or failed: {r.line}" if r.code == 0 else f"{r.outcome}: {r.line}"
     ) + skips
+
+
+def contract_kept(test: str, old_tree: Path, new_tree: Path) -> list[str]:
+    """Names of the contract's tests that fail on an assertion in ``old_tree`` (the old pin)
+    and pass in ``new_tree`` (plain new upstream): the part upstream took.
+
+    Args:
+        test: contract test file, relative to the workspace root.
+        old_tree, new_tree: vLLM checkouts to import (PYTHONPATH).
+    """
+    runs = []
+    for tree in (old_tree, new_tree):
+        with tempfile.TemporaryDirectory() as tmp:
+            xml = Path(tmp) / "junit.xml"
+            contract.run_one(test, tree, ["--junitxml", str(xml)])
+            runs.append({n: (k, m) for n, k, m in _junit(xml)})
+    old, new = runs
+    return [
+        n
+        for n, (k, m) in old.items()
+        if k == "failure" and m.startswith(_ASSERTED) and new.get(n, ("",))[0] == "passed"
+    ]
 
 
 def _junit(xml: Path) -> list[tuple[str, str, str]]:

@@ -509,9 +509,10 @@ def _run(st: dict) -> int:
     return _finish(st)
 
 
-def _upstream_tree(vdir: Path, base: str) -> Path:
-    """A detached worktree of plain new upstream, for the contract runs."""
-    dest = state_dir() / "upstream"
+def _upstream_tree(vdir: Path, base: str, name: str = "upstream") -> Path:
+    """A detached worktree of plain upstream at ``base`` (new upstream by default, or the old
+    pin with name="old-pin"), for the contract runs."""
+    dest = state_dir() / name
     if not git.is_repo(dest) or git.rev(dest, "HEAD") != git.rev(vdir, base):
         if dest.exists():
             git.run(vdir, "worktree", "remove", "--force", str(dest), check=False)
@@ -534,6 +535,24 @@ def _contract(st: dict, row: Row) -> tuple[str, str] | None:
         )
         _save(st)
     return tuple(known[test])
+
+
+def _kept_part(st: dict, row: Row) -> list[str]:
+    """Contract tests of the patch that fail on the old pin but pass on plain new upstream:
+    the part of the patch's promise upstream now keeps by itself (cached like verdicts)."""
+    test = row.options.get("contract")
+    if not test or not st["contracts"] or not (paths.root() / test).exists():
+        return []
+    known = st.setdefault("kept", {})
+    if test not in known:
+        vdir = paths.vllm_dir()
+        known[test] = classify.contract_kept(
+            test,
+            _upstream_tree(vdir, st["old"]["commit"], "old-pin"),
+            _upstream_tree(vdir, st["new"]["base"]),
+        )
+        _save(st)
+    return list(known[test])
 
 
 def _conflict_text(vdir: Path, patch: Path, out: str) -> str:
@@ -690,6 +709,13 @@ def _carried(st: dict, row: Row, text: str, threeway: bool, resolved: bool = Fal
             if verdict[0] == "fail"
             else f"contract could not decide: {verdict[1]}"
         )
+    kept = _kept_part(st, row) if verdict and verdict[0] == "fail" else []
+    if kept:  # upstream keeps part of the contract: partly upstreamed, the rest carried
+        row.cls = classify.PARTLY
+        row.evidence.append(
+            f"partly upstream by the contract: {', '.join(kept)} fail on "
+            f"{st['old']['tag']} and pass on plain {tag}"
+        )
     _decided(st, row)
 
 
@@ -815,10 +841,11 @@ def _finish(st: dict) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
     print(text + (f"\nrebase: report written to {out}" if out else ""))
-    if (state_dir() / "upstream").exists():
-        git.run(vdir, "worktree", "remove", "--force", str(state_dir() / "upstream"), check=False)
-        shutil.rmtree(state_dir() / "upstream", ignore_errors=True)
-        git.run(vdir, "worktree", "prune")
+    for name in ("upstream", "old-pin"):  # the contract runs' worktrees
+        if (state_dir() / name).exists():
+            git.run(vdir, "worktree", "remove", "--force", str(state_dir() / name), check=False)
+            shutil.rmtree(state_dir() / name, ignore_errors=True)
+    git.run(vdir, "worktree", "prune")
     _drop_refs(vdir, [REFS + n for n in ("orig-head", "orig-series", "old-tip")])
     st["status"] = "done"
     _state_file().unlink()
@@ -952,10 +979,11 @@ def abort(quiet: bool = False) -> int:
         shutil.copytree(backup / "patches", paths.patches_dir())
     if st["gitlink"] and _gitlink(root) != st["gitlink"]:
         git.run(root, "update-index", "--cacheinfo", f"160000,{st['gitlink']},vllm")
-    if (state_dir() / "upstream").exists():
-        git.run(vdir, "worktree", "remove", "--force", str(state_dir() / "upstream"), check=False)
-        shutil.rmtree(state_dir() / "upstream", ignore_errors=True)
-        git.run(vdir, "worktree", "prune")
+    for name in ("upstream", "old-pin"):  # the contract runs' worktrees
+        if (state_dir() / name).exists():
+            git.run(vdir, "worktree", "remove", "--force", str(state_dir() / name), check=False)
+            shutil.rmtree(state_dir() / name, ignore_errors=True)
+    git.run(vdir, "worktree", "prune")
     _drop_refs(vdir, st["refs"] + [REFS + n for n in ("orig-head", "orig-series", "old-tip")])
     shutil.rmtree(backup, ignore_errors=True)
     _state_file().unlink()
