@@ -114,8 +114,12 @@ def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
         raise SeriesError(
             "vllm/ holds work that applying the series would drop:\n"
             + "\n".join(f"  {x}" for x in at_risk),
-            "scripts/refresh.sh   # export your commits into patches/ first; or "
-            "scripts/apply.sh --force   # keeps a backup ref, then resets",
+            (
+                "git -C vllm commit -a -s && scripts/refresh.sh   # keep it as a patch; "
+                if dirty
+                else "scripts/refresh.sh   # export your commits into patches/ first; "
+            )
+            + "or scripts/apply.sh --force   # keeps a backup ref, then resets",
         )
     if at_risk:
         stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -78,12 +78,16 @@ def summary(pin: pinmod.Pin, vdir: Path) -> None:
         "import vllm, os; print(vllm.__version__, os.path.dirname(vllm.__file__))"
     )
     ok_k, kern = probe("import vllm._C, vllm._moe_C; print('loaded')")
+    torch_v = probe("import torch; print(torch.__version__)")[1]
     if ok_k:
         kernels = "release kernels load (vllm._C, vllm._moe_C)"
     elif "libcuda.so" in kern:
         kernels = (
             "release kernels are installed but cannot load here: no NVIDIA driver "
-            "(libcuda.so.1). Expected on a CPU-only host; they load on the H200."
+            "(libcuda.so.1). Expected on a CPU-only host; they load on a CUDA host with "
+            f"torch {pin.torch}"
+            + ("" if torch_v.startswith(pin.torch) else f" (this host has torch {torch_v})")
+            + "."
         )
     else:
         kernels = f"release kernels do NOT load: {kern}"
@@ -103,8 +107,9 @@ def summary(pin: pinmod.Pin, vdir: Path) -> None:
         print(f"    {line}")
 
 
-def build() -> None:
-    """Install vllm/ editable into the running interpreter's environment.
+def build(reinstall: bool = False) -> None:
+    """Install vllm/ editable into the running interpreter's environment (a no-op when it
+    already is, unless ``reinstall``).
 
     Raises:
         SeriesError: the series changes compiled code (csrc/); a download or pip step failed.
@@ -121,6 +126,26 @@ def build() -> None:
             "TORCH_CUDA_ARCH_LIST=9.0a MAX_JOBS=16 pip install --no-build-isolation -e vllm"
             "   # needs nvcc and the CUDA toolkit; about an hour",
         )
+    # the installed distribution's version follows the pin (a rebase must reinstall)
+    ok_i, where = probe(
+        "import importlib.util as u, importlib.metadata as m; "
+        "print(m.version('vllm'), u.find_spec('vllm').origin)"
+    )
+    installed, _, where = where.partition(" ")
+    ok_i = ok_i and installed.split("+")[0] == pin.version
+    if (
+        not reinstall
+        and ok_i
+        and where.startswith(str(vdir))
+        and (vdir / "vllm" / "_C.abi3.so").exists()
+    ):
+        # editable: vllm/'s sources are live, and the release kernels are in place
+        print(
+            "build: vllm is installed editable from vllm/ with the release kernels; nothing "
+            "to do (scripts/build.sh --reinstall redoes it)"
+        )
+        summary(pin, vdir)
+        return
     wheel = fetch.fetch(pin.package, pin.wheel)
     ok_t, tv = probe("import torch, triton; print(torch.__version__, triton.__version__)")
     if ok_t:
@@ -160,11 +185,12 @@ def main(args) -> int:
     if args.summary_only:
         summary(pinmod.load(), paths.vllm_dir())
     else:
-        build()
+        build(reinstall=args.reinstall)
     return 0
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("build", help="pip install -e vllm with the release kernels; summary")
     p.add_argument("--summary-only", action="store_true", help="print the summary only")
+    p.add_argument("--reinstall", action="store_true", help="run pip install -e again")
     p.set_defaults(func=main)

@@ -21,11 +21,13 @@ OUTCOME = {0: "pass", 1: "fail", 5: "no tests"}
 
 @dataclass
 class Result:
-    """One contract run: exit code, pytest's closing line, and the tree it ran against."""
+    """One contract run: exit code, pytest's closing line, the tree it ran against, and the
+    reasons of skipped tests (pytest -rs), so that a GPU part skipped on a CPU host says so."""
 
     code: int
     line: str
     tree: str
+    skips: tuple[str, ...] = ()
 
     @property
     def outcome(self) -> str:
@@ -45,6 +47,7 @@ def run_one(test: str, tree: Path | None, extra: list[str] = ()) -> Result:
     p = subprocess.run(
         [
             *upstream.PYTEST,
+            "-rs",
             "-m",
             "contract",
             test,
@@ -68,7 +71,8 @@ def run_one(test: str, tree: Path | None, extra: list[str] = ()) -> Result:
         ),
         (lines or ["(no output)"])[-1],
     )
-    return Result(p.returncode, closing.strip("= "), str(tree or "installed vllm"))
+    skips = tuple(x.removeprefix("SKIPPED ") for x in lines if x.startswith("SKIPPED "))
+    return Result(p.returncode, closing.strip("= "), str(tree or "installed vllm"), skips)
 
 
 def check_all(base: bool = True) -> list[tuple[series.Entry, Result, Result | None]]:
@@ -101,6 +105,8 @@ def report(rows) -> bool:
             verdict, good = "PASSES ON BASE: tests nothing", False
         print(f"{e.name[:58]:58} {base.outcome if base else '-':10} {patched.outcome:10} {verdict}")
         print(f"    patched: {patched.line}")
+        for why in patched.skips:
+            print(f"      skipped {why}")
         if base is not None:
             print(f"    base:    {base.line}")
     return good

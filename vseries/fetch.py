@@ -110,6 +110,8 @@ def fetch(project: str, art: Artefact, cache: Path | None = None) -> Path:
     part = dest.with_name(dest.name + ".part")
     session = requests.Session()
     url = url_for(project, art.filename, session)
+    # tqdm draws a bar only on a terminal; say what is fetched in logs too
+    print(f"fetch: downloading {art.filename} from {url.split('/')[2]} into {cache}", flush=True)
     for attempt in (1, 2):
         try:
             _download(url, part, session, art.filename)

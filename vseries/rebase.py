@@ -310,7 +310,8 @@ def new_release(vdir: Path, old: pinmod.Pin, tag: str, commit: str | None, route
             if commit
             else f"taken from its vllm/_version.py: only the short id "
             f"{rel['upstream']} is known, so the pin records the synthetic "
-            f"commit {rel['base'][:12]} and the gitlink is not moved"
+            f"commit {rel['base'][:12]} and the gitlink is not moved (pass "
+            "--commit <the tag's full 40-hex id> to record the real one)"
         )
     else:
         rel["how"] = rel["note"]
@@ -618,13 +619,19 @@ def _replay(st: dict) -> None:
                 _decided(st, row)
                 continue
             row.cls = classify.CONFLICT
-            row.evidence.append("conflicts:\n" + why)
+            row.evidence.append(f"conflicts on {tag}:\n" + why)
             if verdict:
                 row.evidence.append(
-                    f"not upstream: contract {row.options['contract']} "
+                    f"not fully upstream: contract {row.options['contract']} "
                     f"{verdict[0]}s on plain {tag} ({verdict[1]})"
                     if verdict[0] == "fail"
                     else f"contract could not decide: {verdict[1]}"
+                )
+            kept = _kept_part(st, row) if verdict and verdict[0] == "fail" else []
+            if kept:
+                row.evidence.append(
+                    f"partly upstream by the contract: {', '.join(kept)} fail on "
+                    f"{st['old']['tag']} and pass on plain {tag}"
                 )
             if st["check"]:  # record it and go on without this patch, as --skip would
                 git.run(vdir, "am", "--abort")
@@ -849,6 +856,11 @@ def _finish(st: dict) -> int:
     _drop_refs(vdir, [REFS + n for n in ("orig-head", "orig-series", "old-tip")])
     st["status"] = "done"
     _state_file().unlink()
+    if conflicts and st["check"]:
+        print(
+            f"rebase: {len(conflicts)} patch(es) would conflict on {rel['tag']}; to rebase for "
+            f"real and fix them by hand: scripts/rebase.sh {rel['tag']} (then --continue each)"
+        )
     return 1 if conflicts else 0
 
 

@@ -37,7 +37,7 @@ def refresh() -> dict[str, list[str]]:
     Options of series lines (contract=...) follow their patch by patch-id, else by name.
 
     Returns:
-        {"changed": [...], "unchanged": [...], "removed": [...]} file names.
+        {"added": [...], "changed": [...], "unchanged": [...], "removed": [...]} file names.
 
     Raises:
         SeriesError: vllm/ is missing, mid-am, dirty, or its HEAD does not descend from the pin.
@@ -69,7 +69,7 @@ def refresh() -> dict[str, list[str]]:
     for e in old:
         if e.path.exists():
             by_id[git.patch_id(vdir, e.path.read_text(errors="replace"))] = e
-    report = {"changed": [], "unchanged": [], "removed": []}
+    report = {"added": [], "changed": [], "unchanged": [], "removed": []}
     new_entries = []
     with tempfile.TemporaryDirectory() as tmp:
         for f in export(vdir, pin.commit, "HEAD", Path(tmp)):
@@ -80,8 +80,8 @@ def refresh() -> dict[str, list[str]]:
             if dest.exists() and filecmp.cmp(f, dest, shallow=False):
                 report["unchanged"].append(f.name)
             else:
+                report["changed" if dest.exists() else "added"].append(f.name)
                 dest.write_bytes(f.read_bytes())
-                report["changed"].append(f.name)
     keep = {e.name for e in new_entries}
     for e in old:
         if e.name not in keep and e.path.exists():
@@ -94,11 +94,12 @@ def refresh() -> dict[str, list[str]]:
         ]
     series_changed = series.write(header, new_entries)
     print(
-        f"refresh: {len(new_entries)} patches; changed {len(report['changed'])}, unchanged "
+        f"refresh: {len(new_entries)} patches; added {len(report['added'])}, "
+        f"changed {len(report['changed'])}, unchanged "
         f"{len(report['unchanged'])}, removed {len(report['removed'])}"
         + ("; series rewritten" if series_changed else "; series unchanged")
     )
-    for k in ("changed", "removed"):
+    for k in ("added", "changed", "removed"):
         for n in report[k]:
             print(f"  {k}: {n}")
     return report

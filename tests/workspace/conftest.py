@@ -133,6 +133,8 @@ class _Index(http.server.BaseHTTPRequestHandler):
             return
         start = 0
         rng = self.headers.get("Range")
+        # recorded before answering: the client may assert as soon as it has the bytes
+        type(self).ranges.append(rng)
         if rng:
             start = int(rng.split("=")[1].split("-")[0])
             if start >= len(data):
@@ -145,7 +147,6 @@ class _Index(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data) - start))
         self.end_headers()
         self.wfile.write(data[start:])
-        type(self).ranges.append(rng)
 
 
 @pytest.fixture
