@@ -62,6 +62,27 @@ def explain(vdir: Path, patch: Path, am_output: str) -> str:
     return "\n".join(f"  {x}" for x in dict.fromkeys(found)) or "  " + am_output.strip()[-400:]
 
 
+def am(vdir: Path, patch: Path, *config: str) -> str:
+    """``git am -3 -k`` one patch onto HEAD of vdir, as apply makes every commit (fixed
+    committer, committer date = author date); returns git's output and never raises: the
+    caller looks at ``git.in_progress`` to see whether it stopped.
+
+    Args:
+        config: extra ``-c key=value`` pairs, e.g. ("-c", "merge.conflictStyle=diff3").
+    """
+    return git.run(
+        vdir,
+        *config,
+        "am",
+        "-3",
+        "-k",
+        "--committer-date-is-author-date",
+        str(patch),
+        check=False,
+        env=AM_ENV,
+    )
+
+
 def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
     """Apply the series on the pin. Returns the commit ids of the applied patches.
 
@@ -148,16 +169,7 @@ def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
     git.run(vdir, "checkout", "-q", "--detach", pinned)
     applied = []
     for e in entries:
-        out = git.run(
-            vdir,
-            "am",
-            "-3",
-            "-k",
-            "--committer-date-is-author-date",
-            str(e.path),
-            check=False,
-            env=AM_ENV,
-        )
+        out = am(vdir, e.path)
         if not git.in_progress(vdir):
             applied.append(git.rev(vdir, "HEAD"))
             continue

@@ -467,16 +467,7 @@ def start(
     git.run(vdir, "checkout", "-q", "--detach", pin.commit)
     old = []
     for e in entries:
-        out = git.run(
-            vdir,
-            "am",
-            "-3",
-            "-k",
-            "--committer-date-is-author-date",
-            str(e.path),
-            check=False,
-            env=apply.AM_ENV,
-        )
+        out = apply.am(vdir, e.path)
         if git.in_progress(vdir):
             why = apply.explain(vdir, e.path, out)
             abort(quiet=True)
@@ -594,18 +585,7 @@ def _replay(st: dict) -> None:
             continue
         before = git.rev(vdir, "HEAD")
         # diff3: conflict regions also show the base, i.e. what upstream changed
-        out = git.run(
-            vdir,
-            "-c",
-            "merge.conflictStyle=diff3",
-            "am",
-            "-3",
-            "-k",
-            "--committer-date-is-author-date",
-            str(patch),
-            check=False,
-            env=apply.AM_ENV,
-        )
+        out = apply.am(vdir, patch, "-c", "merge.conflictStyle=diff3")
         if git.in_progress(vdir):
             why = _conflict_text(vdir, patch, out)
             verdict = _contract(st, row)
