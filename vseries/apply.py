@@ -99,13 +99,7 @@ def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
     pin = pinmod.load()
     vdir = materialise.ensure(quiet=True)
     entries = series.load()
-    busy = git.in_progress(vdir)
-    if busy:
-        raise SeriesError(
-            f"vllm/ is in the middle of a {busy}",
-            "git -C vllm am --continue   # after fixing, then scripts/refresh.sh; "
-            "or: git -C vllm am --abort",
-        )
+    git.require_checkout(vdir)
     pinned = pin.commit
     want = wanted_ids(vdir, entries)
     dirty = git.dirty(vdir)

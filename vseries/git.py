@@ -123,6 +123,24 @@ def in_progress(repo: Path) -> str | None:
     return None
 
 
+def require_checkout(repo: Path, idle: bool = True) -> None:
+    """The precondition every verb that works in vllm/ shares.
+
+    Raises:
+        SeriesError: ``repo`` is not a git checkout (not materialised yet), or, when ``idle``,
+            an am / rebase / merge / cherry-pick is unfinished in it.
+    """
+    if not is_repo(repo):
+        raise SeriesError(f"{repo} is not materialised", "scripts/setup.sh")
+    busy = in_progress(repo) if idle else None
+    if busy:
+        raise SeriesError(
+            f"{repo} is in the middle of a {busy}; finish it first",
+            f"git -C {repo.name} am --continue   # after fixing (then scripts/refresh.sh); "
+            f"or git -C {repo.name} am --abort",
+        )
+
+
 def patch_id(repo: Path, diff_text: str) -> str | None:
     """``git patch-id --stable`` of a diff or patch email; None when it holds no diff."""
     out = run(repo, "patch-id", "--stable", input=diff_text)

@@ -597,8 +597,7 @@ def prs(
     """
     pin = pinmod.load()
     vdir = paths.vllm_dir()
-    if not git.is_repo(vdir):
-        raise SeriesError("vllm/ is not materialised", "scripts/apply.sh")
+    git.require_checkout(vdir, idle=False)
     base_id = git.rev(vdir, base or pin.commit)
     if not base_id:
         raise SeriesError(

@@ -349,14 +349,7 @@ def new_release(vdir: Path, old: pinmod.Pin, tag: str, commit: str | None, route
 
 
 def _preflight(vdir: Path, pin: pinmod.Pin, entries: list[series.Entry]) -> None:
-    if not git.is_repo(vdir):
-        raise SeriesError("vllm/ is not materialised", "scripts/setup.sh")
-    busy = git.in_progress(vdir)
-    if busy:
-        raise SeriesError(
-            f"vllm/ is in the middle of a {busy}",
-            "git -C vllm am --continue   # or --abort; then run it again",
-        )
+    git.require_checkout(vdir)
     dirty = git.dirty(vdir)
     if dirty:
         raise SeriesError(
@@ -416,8 +409,8 @@ def start(
     vdir = paths.vllm_dir()
     if not check:
         _preflight(vdir, pin, entries)
-    elif not git.is_repo(vdir):
-        raise SeriesError("vllm/ is not materialised", "scripts/setup.sh")
+    else:
+        git.require_checkout(vdir, idle=False)
     if target == pin.tag:
         if check:  # the weekly CI check when no newer release is out: nothing to report
             print(f"rebase --check: the series is already on {target}; nothing to check")
@@ -996,8 +989,7 @@ def _scratch_workspace():
     the real one's objects (read-only) and has its HEAD, tags and replace refs. VSERIES_ROOT
     points at it inside the block."""
     real_root, real_vdir = paths.root(), paths.vllm_dir()
-    if not git.is_repo(real_vdir):
-        raise SeriesError("vllm/ is not materialised", "scripts/setup.sh")
+    git.require_checkout(real_vdir, idle=False)
     common = Path(git.run(real_vdir, "rev-parse", "--path-format=absolute", "--git-common-dir"))
     with tempfile.TemporaryDirectory(prefix="vseries-check-") as tmp:
         ws = Path(tmp)

@@ -44,14 +44,7 @@ def refresh() -> dict[str, list[str]]:
     """
     pin = pinmod.load()
     vdir = paths.vllm_dir()
-    if not git.is_repo(vdir):
-        raise SeriesError("vllm/ is not materialised", "scripts/apply.sh")
-    busy = git.in_progress(vdir)
-    if busy:
-        raise SeriesError(
-            f"vllm/ is in the middle of a {busy}; finish it first",
-            "git -C vllm am --continue   # or --abort",
-        )
+    git.require_checkout(vdir)
     if git.dirty(vdir):
         raise SeriesError(
             "vllm/ has uncommitted changes; refresh exports commits only",
