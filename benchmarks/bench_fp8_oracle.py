@@ -1,13 +1,18 @@
 # h200-trees: patched
-"""Benchmark of the fp8-oracle patch: per-tensor FP8 fused MoE, TRITON vs a CUTLASS stand-in.
+"""Benchmark of the fp8-oracle patch: per-tensor FP8 fused MoE, TRITON vs FLASHINFER_CUTLASS.
 
 The patch makes TRITON the default FP8 MoE backend on SM90 for per-tensor FP8 (it was
-FLASHINFER_CUTLASS). FlashInfer's CUTLASS MoE cannot run on the GPU host (its SM90 module is
-JIT-built from 181 CUDA sources and does not fit a hold of the host), so this script times
-vLLM's own CUTLASS FP8 MoE instead, as a STAND-IN: rows with variant "cutlass_standin" are
-`CutlassExpertsFp8`, the experts class of the VLLM_CUTLASS backend of v0.21.0
-(`cutlass_moe_mm` grouped GEMMs), NOT FlashInfer. Rows with variant "triton" are
-`TritonExperts` (`fused_moe_kernel`), what the TRITON backend runs.
+FLASHINFER_CUTLASS). Variants (rows' "variant"; "backend (tree)" when run on the base tree):
+- "triton": `TritonExperts` (`fused_moe_kernel`), what the TRITON backend runs. On the patched
+  tree it includes patch 0001 (swap-AB at decode); on the base tree it does not.
+- "flashinfer_cutlass": `FlashInferExperts`, what FLASHINFER_CUTLASS runs (FlashInfer's CUTLASS
+  `cutlass_fused_moe`). FlashInfer JIT-builds its SM90 MoE module from 181 CUDA sources, too
+  many for one hold of the GPU host; the host gets a reduced build holding only the
+  FP8 x FP8 -> bf16 kernels (`benchmarks/h200/flashinfer_fp8_build.py`), loaded from
+  FlashInfer's AOT folder. Autotuned once at the largest batch before timing, as vLLM's
+  `flashinfer_autotune` warm-up does.
+- "vllm_cutlass": `CutlassExpertsFp8`, vLLM's own CUTLASS FP8 MoE (backend VLLM_CUTLASS), the
+  stand-in of the first run, kept as a third point.
 
 Both are built the way the FP8 MoE layer builds them (`make_fp8_moe_quant_config` and
 `make_fp8_moe_kernel` of the oracle): the whole layer after routing (activation quantisation,
@@ -17,7 +22,7 @@ weights, inputs and routing for both. Shapes: Qwen3-30B-A3B (E=128, top-8, hidde
 intermediate 768) and Mixtral-8x7B (E=8, top-2, hidden 4096, intermediate 14336); batches
 1..64 tokens timed under CUDA-graph replay, prefill 512/2048/8192 tokens with `do_bench`.
 
-Numerics: per shape, both backends on a fresh random batch of NUMERICS_BATCH tokens against a
+Numerics: per shape, every backend on a fresh random batch of NUMERICS_BATCH tokens against a
 float32 reference of the same quantised layer (dequantised FP8 weights, activations
 quantised and dequantised at the same points with the same static scales). Rows carry
 max_abs_err and max_rel_err (= max |out - ref| / max |ref|) of their backend.
@@ -26,7 +31,7 @@ Exit status: 0; 1 when a backend failed (its rows carry "error") or a numerics c
 of tolerance (the JSON is written either way); 2 without CUDA. A backend that fails at one
 batch is not retried at the larger ones.
 
-Run from inside a staged tree (one invocation emits rows for both backends; --variant labels
+Run from inside a staged tree (one invocation emits rows for every backend; --variant labels
 the tree), about 1.5-2.5 minutes on an H200, most of it Triton compiles on a cold cache:
 
     cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched \\
@@ -42,6 +47,7 @@ import math
 import sys
 import time
 import traceback
+import types
 from dataclasses import dataclass
 
 import torch
@@ -81,7 +87,7 @@ SHAPES = {
     "mixtral-8x7b": Shape("Mixtral-8x7B", 8, 2, 4096, 14336),
 }
 
-VARIANTS = ("triton", "cutlass_standin")
+VARIANTS = ("triton", "flashinfer_cutlass", "vllm_cutlass")
 
 
 def read_bandwidth_gbps() -> float:
@@ -220,6 +226,7 @@ def make_kernel(layer: Layer, variant: str):
     )
     from vllm.model_executor.layers.fused_moe.oracle.fp8 import (
         Fp8MoeBackend,
+        convert_to_fp8_moe_kernel_format,
         make_fp8_moe_kernel,
         make_fp8_moe_quant_config,
     )
@@ -229,6 +236,15 @@ def make_kernel(layer: Layer, variant: str):
         from vllm.model_executor.layers.fused_moe.experts.triton_moe import TritonExperts
 
         backend, experts_cls = Fp8MoeBackend.TRITON, TritonExperts
+    elif variant == "flashinfer_cutlass":
+        from vllm.model_executor.layers.fused_moe.experts.flashinfer_cutlass_moe import (
+            FlashInferExperts,
+        )
+        from vllm.utils.flashinfer import has_flashinfer_cutlass_fused_moe
+
+        if not has_flashinfer_cutlass_fused_moe():
+            raise RuntimeError("flashinfer.fused_moe.cutlass_fused_moe is not importable")
+        backend, experts_cls = Fp8MoeBackend.FLASHINFER_CUTLASS, FlashInferExperts
     else:
         from vllm.model_executor.layers.fused_moe.experts.cutlass_moe import CutlassExpertsFp8
 
@@ -253,16 +269,29 @@ def make_kernel(layer: Layer, variant: str):
         routing_method=RoutingMethodType.Renormalize,
         max_num_tokens=max(PREFILL_BATCHES),
     )
+    # The weight layout each backend wants, as the FP8 MoE method prepares it after loading
+    # (FlashInfer: gate/up halves swapped to [up; gate], padding to its alignment).
+    holder = types.SimpleNamespace(moe_config=moe_config, activation=MoEActivation.SILU)
+    w1, w2, w1_scale, w2_scale = convert_to_fp8_moe_kernel_format(
+        backend,
+        holder,
+        layer.w1,
+        layer.w2,
+        layer.w1_scale,
+        layer.w2_scale,
+        layer.a1_scale,
+        layer.a2_scale,
+    )
     quant_config = make_fp8_moe_quant_config(
-        backend, layer.w1_scale, layer.w2_scale, layer.a1_scale, layer.a2_scale
+        backend, w1_scale, w2_scale, layer.a1_scale, layer.a2_scale
     )
     kernel = make_fp8_moe_kernel(quant_config, moe_config, experts_cls, backend)
 
     def run(x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor):
         return kernel.apply(
             hidden_states=x,
-            w1=layer.w1,
-            w2=layer.w2,
+            w1=w1,
+            w2=w2,
             topk_weights=topk_weights,
             topk_ids=topk_ids,
             activation=MoEActivation.SILU,
@@ -320,17 +349,38 @@ def check_numerics(layer: Layer, kernels: dict, gen: torch.Generator) -> dict:
     return result
 
 
-def bench_shape(shape: Shape, batches: list[int], tree: str, log) -> list[dict]:
-    """All rows of one shape: both variants at every batch, with their numerics fields."""
+def autotune_flashinfer(run, shape: Shape, m: int) -> None:
+    """Let FlashInfer pick its CUTLASS tactics, as vLLM's warm-up does (`flashinfer_autotune`
+    runs one dummy batch of max_num_batched_tokens under `autotune()`; FlashInfer then tunes
+    every token bucket up to m)."""
+    import vllm.utils.flashinfer as fi_utils
+
+    gen = torch.Generator(device="cuda").manual_seed(SEED + 7)
+    x = torch.randn((m, shape.hidden), generator=gen, device="cuda", dtype=torch.bfloat16)
+    topk_weights, topk_ids = route(x, shape, gen)
+    with torch.inference_mode(), fi_utils.autotune():
+        run(x, topk_weights, topk_ids)
+    torch.cuda.synchronize()
+
+
+def bench_shape(
+    shape: Shape, batches: list[int], tree: str, log, variants: tuple[str, ...] = VARIANTS
+) -> list[dict]:
+    """All rows of one shape: every variant at every batch, with their numerics fields."""
     gen = torch.Generator(device="cuda").manual_seed(SEED)
     layer = make_layer(shape, gen)
     calibrate(layer, gen)
 
     kernels, build_errors = {}, {}
-    for variant in VARIANTS:
+    for variant in variants:
         try:
             kernels[variant] = make_kernel(layer, variant)
+            if variant == "flashinfer_cutlass":
+                t = time.monotonic()
+                autotune_flashinfer(kernels[variant][0], shape, max(batches))
+                log(f"  flashinfer autotune at M={max(batches)}: {time.monotonic() - t:.1f} s")
         except Exception as e:
+            traceback.print_exc()
             build_errors[variant] = f"{type(e).__name__}: {e}"
             log(f"  {variant}: cannot build: {build_errors[variant]}")
 
@@ -347,12 +397,13 @@ def bench_shape(shape: Shape, batches: list[int], tree: str, log) -> list[dict]:
         topk_weights, topk_ids = route(x, shape, bgen)
         nbytes = moved_bytes(shape, m, topk_ids)
         flops = 2 * m * shape.topk * 3 * shape.intermediate * shape.hidden
-        for variant in VARIANTS:
+        for variant in variants:
             row = {
                 "case": shape.name,
                 "dtype": "fp8_w8a8 per-tensor static",
                 "batch": m,
-                "variant": variant,
+                "variant": variant if tree == "patched" else f"{variant} ({tree})",
+                "backend": variant,
                 "tree": tree,
                 "E": shape.num_experts,
                 "topk": shape.topk,
@@ -392,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--variant", default="patched", help="label of the tree (base / patched)")
     p.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=list(SHAPES))
+    p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     p.add_argument(
         "--batches",
         type=int,
@@ -409,11 +461,12 @@ def main(argv: list[str] | None = None) -> int:
         "bench": "fp8-oracle",
         "variant": args.variant,
         "command": " ".join(sys.argv),
-        "standin": (
-            "cutlass_standin = vLLM's own CUTLASS FP8 MoE (CutlassExpertsFp8, backend "
-            "VLLM_CUTLASS of v0.21.0), standing in for FLASHINFER_CUTLASS, which cannot "
-            "run on the GPU host"
-        ),
+        "variants": {
+            "triton": "TritonExperts (fused_moe_kernel), backend TRITON",
+            "flashinfer_cutlass": "FlashInferExperts (FlashInfer cutlass_fused_moe, reduced "
+            "FP8-only SM90 build), backend FLASHINFER_CUTLASS, autotuned",
+            "vllm_cutlass": "CutlassExpertsFp8 (vLLM's cutlass_moe_mm), backend VLLM_CUTLASS",
+        },
         "numerics_tol": MAX_REL_ERR_TOL,
         "rows": [],
     }
@@ -443,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     with set_current_vllm_config(VllmConfig()):
         for key in args.shapes:
             log(f"shape {SHAPES[key]}")
-            rows = bench_shape(SHAPES[key], args.batches, args.variant, log)
+            rows = bench_shape(SHAPES[key], args.batches, args.variant, log, tuple(args.variants))
             for row in rows:
                 if row.get("us"):
                     row["roofline_pct"] = 100 * row["bytes"] / (row["us"] * 1e-6) / (read_bw * 1e9)

@@ -10,9 +10,11 @@ three model shapes, two dtypes and batch sizes 1..4096, once per staged tree:
     cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched \\
         python3 bench_swap_ab.py --variant patched --out $OUT/swap_ab_patched.json
 
-Method (from the workspace's design notes): batches <= 64 (decode) are timed under CUDA-graph
-replay (`triton.testing.do_bench_cudagraph`), larger ones with `triton.testing.do_bench`; medians
-in us. Each decode call cycles through `--routing-sets` precomputed routings with different
+Method (from the workspace's design notes): every batch is timed under CUDA-graph replay
+(`triton.testing.do_bench_cudagraph`), as vLLM captures decode and, with full graphs, mixed
+batches; medians in us. (The first run timed batches >= 256 eagerly with
+`triton.testing.do_bench`, and identical code moved +-50% there.)
+Each call cycles through `--routing-sets` precomputed routings with different
 experts, as consecutive MoE layers of a model would, so that small batches do not find their
 experts' weights in the 60 MB L2 from the previous call. The ceiling is HBM read bandwidth,
 measured here as a torch sum over 2 GiB (median of do_bench); bytes that must move = distinct
@@ -48,7 +50,7 @@ SHAPES = {
     "mixtral-8x7b": (8, 2, 4096, 14336),
 }
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 256, 1024, 4096]
-DECODE_MAX = 64  # batches up to this are timed under CUDA-graph replay
+DECODE_MAX = 4096  # batches up to this are timed under CUDA-graph replay (all of BATCHES)
 DTYPES = ["fp8_w8a8_per_tensor", "bf16"]
 GEMM_BATCHES = [1, 16, 64]
 # Swapped tiles tried besides the launcher's own choice (--part gemm): (BLOCK_SIZE_N, num_stages).

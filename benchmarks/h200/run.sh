@@ -2,10 +2,16 @@
 # Host side of an H200 session (after the staged parts are in /root/stage). Phases:
 #   tests  assemble the trees; vLLM's kernel tests base vs patched (tests/upstream.toml);
 #          the contract tests on the GPU, base and patched
-#   bench  every benchmarks/bench_*.py on base and patched (same call, same GPU)
+#   bench  every benchmarks/bench_*.py on base and patched (same call, same GPU); with
+#          TUNED=DIR the patched tree reads fused-MoE configs from DIR first
+#          (VLLM_TUNED_CONFIG_FOLDER), e.g. the files the tune phase wrote
+#   tune   benchmarks/tune_swap_ab.py on the patched tree; configs to /root/tuned (kept on the
+#          host while it stays warm) and $OUT
+#   fi     link the reduced FlashInfer FP8 MoE module from the staged part pf
+#          (benchmarks/h200/flashinfer_fp8_link.sh) and check that FlashInfer loads it
 # Results go to $OUT (at most 8 files come back): a log per phase and one tarball.
 set -uo pipefail
-phase=${1:?usage: run.sh tests|bench}
+phase=${1:?usage: run.sh tests|bench|tune|fi}
 OUT=${OUT:-/tmp/out}
 R=$OUT/r && mkdir -p "$R"
 SITE=/root/site
@@ -34,11 +40,28 @@ case $phase in
       for t in $trees; do
         echo "=== $name $t"
         extra=() && grep -q -- '"--dump"' "$b" && extra=(--dump "$R/$name-$t.pt")
-        (cd "$(tree "$t")" && PYTHONPATH=$(pp "$t") timeout "${BENCH_TIMEOUT:-200}" \
+        tuned=() && [ -n "${TUNED:-}" ] && [ "$t" = patched ] && tuned=(env "VLLM_TUNED_CONFIG_FOLDER=$TUNED")
+        (cd "$(tree "$t")" && PYTHONPATH=$(pp "$t") "${tuned[@]}" timeout "${BENCH_TIMEOUT:-200}" \
           python3 "$OLDPWD/$b" --variant "$t" --out "$R/$name-$t.json" "${extra[@]}") \
           || echo "!!! $name $t failed"
       done
     done
+    ;;
+  tune)
+    [ -d /root/vllm-patched ] || bash /root/stage/p1/assemble.sh
+    read -ra targs <<<"${TUNE_ARGS:-}"
+    (cd "$(tree patched)" && PYTHONPATH=$(pp patched) timeout "${TUNE_TIMEOUT:-420}" \
+      python3 "$OLDPWD/benchmarks/tune_swap_ab.py" --out "$R/tune_swap_ab.json" --configs-out "$R/tuned" \
+      "${targs[@]}") || echo "!!! tune failed"
+    mkdir -p /root/tuned && cp -r "$R/tuned/." /root/tuned/ || true
+    ;;
+  fi)
+    [ -d /root/vllm-patched ] || bash /root/stage/p1/assemble.sh
+    bash benchmarks/h200/flashinfer_fp8_link.sh /root/stage/pf "$SITE"
+    (cd "$(tree patched)" && PYTHONPATH=$(pp patched) python3 -c '
+from flashinfer.fused_moe.core import get_cutlass_fused_moe_module
+m = get_cutlass_fused_moe_module("90")
+print("FlashInfer fused_moe_90 loaded:", m)')
     ;;
 esac
 tar czf "$OUT/$phase.tar.gz" -C "$R" .

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Re-tune fused_moe_kernel's H200 decode configs for per-tensor FP8, unswapped and swapped.
+
+v0.21.0 ships no tuned H200 config for per-tensor FP8 at the Qwen3-30B-A3B shape
+(E=128, N=768) or the DeepSeek-V3 TP8 slice (E=256, N=256): only block-FP8 files exist there,
+so these layers run `get_default_config`. This script times the whole `fused_experts` call
+(as vLLM's `benchmarks/kernels/benchmark_moe.py` does) for each candidate config of a reduced
+search space, at each decode batch, on the patched tree, and writes:
+
+- a JSON of every (shape, batch, config) time ("candidates"), and per batch, in
+  `report.py`'s row format, v0.21.0's default config run as base runs it (SWAP_AB false,
+  "default_base") and as the patched launcher decides ("default_patched"), the best unswapped
+  ("tuned_unswapped") and the best swapped ("tuned_swapped") config, with roofline %;
+- with ``--configs-out DIR``, vLLM-format config files
+  (``E=..,N=..,device_name=NVIDIA_H200,dtype=fp8_w8a8.json``) holding the winner per batch,
+  with ``"SWAP_AB": true`` where the swapped tile won.
+
+Why not benchmark_moe.py itself: it needs Ray, and its CUDA search space is 1920 configs per
+batch (BLOCK_SIZE_M 5 x N 4 x K 3 x GROUP_SIZE_M 4 x warps 2 x stages 4), hours of Triton
+compiles on one GPU against 30 minutes of device time per session. The reduced space keeps
+the decode-relevant axes (BLOCK_SIZE_M 16, BLOCK_SIZE_N, BLOCK_SIZE_K, num_stages; GROUP_SIZE_M
+1 and 4 warps, as the default config uses at these sizes) and adds SWAP_AB. Timing follows
+`bench_swap_ab.py`: CUDA-graph replay of the layer, cycling over --routing-sets routings with
+different experts so that small batches do not find their weights in L2, median in us.
+
+    cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched \\
+        python3 <workspace>/benchmarks/tune_swap_ab.py --out tune.json --configs-out cfg/
+
+About 4 minutes on an H200, most of it Triton compiles. Exit 2 without CUDA or on a tree
+without the swap-AB patch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import itertools
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_swap_ab as bench  # noqa: E402  (same folder: weights, routings, timing)
+
+TUNE_SHAPES = ("qwen3-30b-a3b", "dsv3-tp8")
+BATCHES = (1, 2, 4, 8, 16, 32, 64)
+UNSWAPPED = [
+    dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=n, BLOCK_SIZE_K=k, num_stages=s, SWAP_AB=False)
+    for n, k, s in itertools.product((32, 64, 128), (128, 256), (3, 4, 5))
+]
+SWAPPED = [
+    dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=n, BLOCK_SIZE_K=k, num_stages=s, SWAP_AB=True)
+    for n, k, s in itertools.product((64, 128), (128, 256), (3, 4, 5))
+]
+COMMON = dict(GROUP_SIZE_M=1, num_warps=4)
+
+
+def key(cfg: dict) -> str:
+    return ",".join(f"{k}={cfg[k]}" for k in sorted(cfg))
+
+
+def time_config(fm, override_config, x, w1, w2, qc, sets, cfg: dict | None) -> float:
+    """Median us of fused_experts under cfg (None: the config vLLM itself picks)."""
+    call = functools.partial(fm.fused_experts, x, w1, w2, quant_config=qc)
+    fn = bench.cycling(call, sets)
+    if cfg is None:
+        fn()
+        torch.cuda.synchronize()
+        return bench.time_us(fn, x.shape[0], rep_graph=20)[0]
+    with override_config(cfg):
+        fn()  # compile outside the timing
+        torch.cuda.synchronize()
+        return bench.time_us(fn, x.shape[0], rep_graph=20)[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--configs-out", help="folder for the vLLM-format tuned config files")
+    ap.add_argument("--shapes", nargs="+", default=list(TUNE_SHAPES), choices=list(bench.SHAPES))
+    ap.add_argument("--batches", nargs="+", type=int, default=list(BATCHES))
+    ap.add_argument("--routing-sets", type=int, default=4)
+    ap.add_argument("--budget-s", type=float, default=330, help="stop past this wall time, s")
+    args = ap.parse_args(argv)
+    t0 = time.monotonic()
+    if not torch.cuda.is_available():
+        print("CUDA is not available: tuning needs an NVIDIA GPU", file=sys.stderr)
+        return 2
+    import triton
+    from vllm.model_executor.layers.fused_moe import fused_moe as fm
+    from vllm.model_executor.layers.fused_moe import override_config
+
+    if not hasattr(fm, "get_fused_moe_swap_ab_config"):
+        print("this tree has no swap-AB patch (get_fused_moe_swap_ab_config)", file=sys.stderr)
+        return 2
+    device_name = torch.cuda.get_device_name().replace(" ", "_")
+    result = {
+        "bench": "swap-ab-tune",
+        "command": " ".join(sys.argv),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "space": {"unswapped": len(UNSWAPPED), "swapped": len(SWAPPED), "common": COMMON},
+        "read_bw_GBps": bench.read_bandwidth_gbps(),
+        "rows": [],  # report.py rows: default_base, default_patched, best_* per batch
+        "candidates": [],  # every timing
+        "best": [],
+    }
+    read_bw = result["read_bw_GBps"]
+    for s_idx, name in enumerate(args.shapes):
+        e, topk, h, i = bench.SHAPES[name]
+        w1, w2 = bench.make_weights(e, h, i, "fp8_w8a8_per_tensor", seed=1000 + s_idx)
+        qc = bench.quant_config_for("fp8_w8a8_per_tensor", e)
+        tuned: dict[str, dict] = {}
+        for batch in args.batches:
+            if time.monotonic() - t0 > args.budget_s:
+                print(f"budget spent: stopping before {name} M={batch}", flush=True)
+                result["stopped_early"] = f"{name} M={batch}"
+                break
+            g = torch.Generator(device="cuda").manual_seed(batch)
+            x = torch.randn(batch, h, device="cuda", dtype=torch.bfloat16, generator=g)
+            sets = bench.routings(batch, e, topk, args.routing_sets, seed=7 * batch + s_idx)
+            distinct = sum(torch.unique(ids).numel() for _, ids in sets) / len(sets)
+            nbytes = distinct * 3 * i * h + batch * h * 2 * 2  # FP8 weights, bf16 in/out
+            default = fm.get_default_config(batch, e, i, h, topk, "fp8_w8a8")
+            cands = [("default_base", dict(default, SWAP_AB=False)), ("default_patched", None)]
+            cands += [("unswapped", dict(c, **COMMON)) for c in UNSWAPPED]
+            cands += [("swapped", dict(c, **COMMON)) for c in SWAPPED]
+            times = []
+            for kind, cfg in cands:
+                try:
+                    us = time_config(fm, override_config, x, w1, w2, qc, sets, cfg)
+                except Exception as exc:  # e.g. out of shared memory: skip the config
+                    print(f"{name} M={batch} {kind} {cfg}: {type(exc).__name__}", flush=True)
+                    continue
+                row = dict(case=name, batch=batch, kind=kind, config=cfg, us=round(us, 2))
+                times.append(row)
+                result["candidates"].append(row)
+            best_u = min((r for r in times if r["kind"] == "unswapped"), key=lambda r: r["us"])
+            best_s = min((r for r in times if r["kind"] == "swapped"), key=lambda r: r["us"])
+            base = next(r for r in times if r["kind"] == "default_base")
+            patched = next(r for r in times if r["kind"] == "default_patched")
+            win = min(best_u, best_s, key=lambda r: r["us"])
+            summary = dict(
+                case=name,
+                batch=batch,
+                default_base_us=base["us"],
+                default_patched_us=patched["us"],
+                best_unswapped_us=best_u["us"],
+                best_unswapped=best_u["config"],
+                best_swapped_us=best_s["us"],
+                best_swapped=best_s["config"],
+                winner=win["kind"],
+                tuned_vs_default_base=round(base["us"] / win["us"], 3),
+                swapped_vs_unswapped_tuned=round(best_u["us"] / best_s["us"], 3),
+            )
+            result["best"].append(summary)
+            for variant, r in (
+                ("default_base", base),
+                ("default_patched", patched),
+                ("tuned_unswapped", best_u),
+                ("tuned_swapped", best_s),
+            ):
+                result["rows"].append(
+                    dict(
+                        case=name,
+                        dtype="fp8_w8a8_per_tensor",
+                        batch=batch,
+                        variant=variant,
+                        us=r["us"],
+                        bytes=int(nbytes),
+                        roofline_pct=round(100 * nbytes / (r["us"] * 1e-6) / (read_bw * 1e9), 1),
+                        timing="graph",
+                        config=r["config"],
+                    )
+                )
+            print(json.dumps(summary), flush=True)
+            tuned[str(batch)] = {k: v for k, v in win["config"].items() if k != "SWAP_AB"}
+            tuned[str(batch)]["SWAP_AB"] = win["config"]["SWAP_AB"]
+            # written after every batch: partial results survive a timeout
+            with open(args.out, "w") as f:
+                json.dump(result, f, indent=1)
+            if args.configs_out:
+                os.makedirs(args.configs_out, exist_ok=True)
+                fname = f"E={e},N={i},device_name={device_name},dtype=fp8_w8a8.json"
+                with open(os.path.join(args.configs_out, fname), "w") as f:
+                    json.dump(tuned, f, indent=4)
+                    f.write("\n")
+        del w1, w2
+        torch.cuda.empty_cache()
+    result["wall_s"] = round(time.monotonic() - t0, 1)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
