@@ -58,10 +58,11 @@ case $phase in
   fi)
     [ -d /root/vllm-patched ] || bash /root/stage/p1/assemble.sh
     bash benchmarks/h200/flashinfer_fp8_link.sh /root/stage/pf "$SITE"
-    (cd "$(tree patched)" && PYTHONPATH=$(pp patched) python3 -c '
-from flashinfer.fused_moe.core import get_cutlass_fused_moe_module
-m = get_cutlass_fused_moe_module("90")
-print("FlashInfer fused_moe_90 loaded:", m)')
+    # smoke test in its own process: a tactic whose kernels the reduced build left out would
+    # end the process (lazy symbol binding), not just raise
+    (cd "$(tree patched)" && PYTHONPATH=$(pp patched) timeout 240 python3 \
+      "$OLDPWD/benchmarks/bench_fp8_oracle.py" --variants flashinfer_cutlass --shapes qwen3-30b-a3b \
+      --batches 1 64 --variant patched --out "$R/fi-smoke.json") || echo "!!! FlashInfer smoke test failed"
     ;;
 esac
 tar czf "$OUT/$phase.tar.gz" -C "$R" .
