@@ -32,7 +32,32 @@ for l in libcudart libcuda libnvrtc; do
   libs+=("$f" "-Wl,-rpath,$(dirname "$f")")
 done
 echo "linking $(wc -l <"$work/manifest.txt") objects with ${libs[*]}"
-# shellcheck disable=SC2046  # one object per line, no spaces in names
-c++ $(sed "s|^|$work/objects/|" "$work/manifest.txt") -shared "${libs[@]}" -o "$aot/fused_moe_90.so"
-ls -la "$aot/fused_moe_90.so"
+so="$aot/fused_moe_90.so"
+link() {
+  # shellcheck disable=SC2046  # one object per line, no spaces in names
+  c++ $(sed "s|^|$work/objects/|" "$work/manifest.txt") "$@" -shared "${libs[@]}" -o "$so"
+}
+link
+# tvm-ffi opens modules with RTLD_NOW, so every symbol must resolve at load: the launchers and
+# runners of the dtype pairs left out of the reduced build get stubs that throw when called.
+nm -D --undefined-only "$so" | awk '$2 ~ /^_ZN12tensorrt_llm/ {print $2}' >"$work/missing.txt"
+echo "$(wc -l <"$work/missing.txt") symbols of left-out dtype pairs get throwing stubs"
+{
+  echo '#include <stdexcept>'
+  echo '#include <string>'
+  echo '[[noreturn]] static void vseries_left_out(const char* sym) {'
+  echo '  throw std::runtime_error(std::string("not in the reduced FP8-only fused_moe_90 build: ") + sym);'
+  echo '}'
+  n=0
+  while read -r sym; do
+    echo "void vseries_stub_$n() __asm__(\"$sym\");"
+    echo "void vseries_stub_$n() { vseries_left_out(\"$sym\"); }"
+    n=$((n + 1))
+  done <"$work/missing.txt"
+} >"$work/stubs.cpp"
+c++ -O1 -fPIC -c "$work/stubs.cpp" -o "$work/stubs.o"
+link "$work/stubs.o"
+left=$(nm -D --undefined-only "$so" | awk '$2 ~ /^_ZN12tensorrt_llm/' | wc -l)
+[ "$left" -eq 0 ] || { echo "still undefined after stubbing: $left" >&2; exit 1; }
+ls -la "$so"
 rm -rf "$work"
