@@ -282,9 +282,10 @@ def make_kernel(layer: Layer, variant: str):
         layer.a1_scale,
         layer.a2_scale,
     )
-    quant_config = make_fp8_moe_quant_config(
-        backend, w1_scale, w2_scale, layer.a1_scale, layer.a2_scale
-    )
+    # vLLM's FP8 MoE method keeps per-tensor input scales 0-D (the max over shards), which
+    # FlashInfer's binding requires; the other kernels take either.
+    a1_scale, a2_scale = layer.a1_scale.reshape(()), layer.a2_scale.reshape(())
+    quant_config = make_fp8_moe_quant_config(backend, w1_scale, w2_scale, a1_scale, a2_scale)
     kernel = make_fp8_moe_kernel(quant_config, moe_config, experts_cls, backend)
 
     def run(x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor):

@@ -56,6 +56,11 @@ SWAPPED = [
     for n, k, s in itertools.product((64, 128), (128, 256), (3, 4, 5))
 ]
 COMMON = dict(GROUP_SIZE_M=1, num_warps=4)
+# vLLM picks the config of the nearest batch key, so a file holding only decode keys would run
+# prefill with a 16-row decode tile (measured: Qwen3 shape, 2048 tokens, 2x slower). Batches
+# above the tuned ones get v0.21.0's own default config (what they ran before the file
+# existed), at the batch keys vLLM's benchmark_moe.py tunes.
+FILL_BATCHES = (96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096)
 
 
 def key(cfg: dict) -> str:
@@ -76,6 +81,52 @@ def time_config(fm, override_config, x, w1, w2, qc, sets, cfg: dict | None) -> f
         return bench.time_us(fn, x.shape[0], rep_graph=20)[0]
 
 
+def config_files(result: dict, device_name: str) -> dict[str, dict]:
+    """vLLM config files from a tuning result: {file name: {batch key: config}}.
+
+    Tuned batches get their winner ("SWAP_AB" true or false); FILL_BATCHES above the largest
+    tuned batch get `get_default_config` (no "SWAP_AB" key: the launcher's rule decides).
+    """
+    from vllm.model_executor.layers.fused_moe.fused_moe import get_default_config
+
+    files: dict[str, dict] = {}
+    for best in result["best"]:
+        e, topk, h, i = bench.SHAPES[best["case"]]
+        cfgs = files.setdefault(f"E={e},N={i},device_name={device_name},dtype=fp8_w8a8.json", {})
+        win = best["best_swapped"] if best["winner"] == "swapped" else best["best_unswapped"]
+        cfgs[str(best["batch"])] = {k: v for k, v in win.items() if k != "SWAP_AB"}
+        cfgs[str(best["batch"])]["SWAP_AB"] = win["SWAP_AB"]
+        top = max(int(b) for b in cfgs)
+        for m in FILL_BATCHES:
+            if m > top:
+                cfg = get_default_config(m, e, i, h, topk, "fp8_w8a8")
+                cfgs[str(m)] = {k: v for k, v in cfg.items() if k != "SPLIT_K"}
+    return files
+
+
+# key order of vLLM's tuned files (benchmark_moe.py's sort_config), SWAP_AB last
+KEY_ORDER = (
+    "BLOCK_SIZE_M",
+    "BLOCK_SIZE_N",
+    "BLOCK_SIZE_K",
+    "GROUP_SIZE_M",
+    "num_warps",
+    "num_stages",
+    "SWAP_AB",
+)
+
+
+def write_configs(result: dict, out_dir: str, device_name: str) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    for name, cfgs in config_files(result, device_name).items():
+        ordered = {
+            m: {k: cfgs[m][k] for k in KEY_ORDER if k in cfgs[m]} for m in sorted(cfgs, key=int)
+        }
+        with open(os.path.join(out_dir, name), "w") as f:
+            json.dump(ordered, f, indent=4)
+            f.write("\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -84,8 +135,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", nargs="+", type=int, default=list(BATCHES))
     ap.add_argument("--routing-sets", type=int, default=4)
     ap.add_argument("--budget-s", type=float, default=330, help="stop past this wall time, s")
+    ap.add_argument(
+        "--write-from",
+        metavar="TUNE_JSON",
+        help="only write --configs-out from an earlier run's JSON (no GPU needed)",
+    )
     args = ap.parse_args(argv)
     t0 = time.monotonic()
+    if args.write_from:
+        with open(args.write_from) as f:
+            earlier = json.load(f)
+        write_configs(earlier, args.configs_out, earlier["device"].replace(" ", "_"))
+        return 0
     if not torch.cuda.is_available():
         print("CUDA is not available: tuning needs an NVIDIA GPU", file=sys.stderr)
         return 2
@@ -114,7 +175,6 @@ def main(argv: list[str] | None = None) -> int:
         e, topk, h, i = bench.SHAPES[name]
         w1, w2 = bench.make_weights(e, h, i, "fp8_w8a8_per_tensor", seed=1000 + s_idx)
         qc = bench.quant_config_for("fp8_w8a8_per_tensor", e)
-        tuned: dict[str, dict] = {}
         for batch in args.batches:
             if time.monotonic() - t0 > args.budget_s:
                 print(f"budget spent: stopping before {name} M={batch}", flush=True)
@@ -178,17 +238,11 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 )
             print(json.dumps(summary), flush=True)
-            tuned[str(batch)] = {k: v for k, v in win["config"].items() if k != "SWAP_AB"}
-            tuned[str(batch)]["SWAP_AB"] = win["config"]["SWAP_AB"]
             # written after every batch: partial results survive a timeout
             with open(args.out, "w") as f:
                 json.dump(result, f, indent=1)
             if args.configs_out:
-                os.makedirs(args.configs_out, exist_ok=True)
-                fname = f"E={e},N={i},device_name={device_name},dtype=fp8_w8a8.json"
-                with open(os.path.join(args.configs_out, fname), "w") as f:
-                    json.dump(tuned, f, indent=4)
-                    f.write("\n")
+                write_configs(result, args.configs_out, device_name)
         del w1, w2
         torch.cuda.empty_cache()
     result["wall_s"] = round(time.monotonic() - t0, 1)
