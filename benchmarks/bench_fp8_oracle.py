@@ -9,8 +9,8 @@ FLASHINFER_CUTLASS). Variants (rows' "variant"; "backend (tree)" when run on the
   `cutlass_fused_moe`). FlashInfer JIT-builds its SM90 MoE module from 181 CUDA sources, too
   many for one hold of the GPU host; the host gets a reduced build holding only the
   FP8 x FP8 -> bf16 kernels (`benchmarks/h200/flashinfer_fp8_build.py`), loaded from
-  FlashInfer's AOT folder. Autotuned once at the largest batch before timing, as vLLM's
-  `flashinfer_autotune` warm-up does.
+  FlashInfer's AOT folder. Autotuned at the largest batch, as vLLM's `flashinfer_autotune`
+  warm-up does, and again at each timed batch (FlashInfer profiles one bucket per call).
 - "vllm_cutlass": `CutlassExpertsFp8`, vLLM's own CUTLASS FP8 MoE (backend VLLM_CUTLASS), the
   stand-in of the first run, kept as a third point.
 
@@ -389,6 +389,8 @@ def bench_shape(
     for variant, fields in numerics.items():
         log(f"  numerics {variant}: {fields}")
 
+    from vllm.utils.flashinfer import autotune as fi_autotune
+
     rows = []
     failed = dict(build_errors)
     for m in batches:
@@ -424,6 +426,12 @@ def bench_shape(
             row["experts_cls"] = experts_cls
             try:
                 call = functools.partial(run, x, topk_weights, topk_ids)
+                if variant == "flashinfer_cutlass":
+                    # FlashInfer profiles one token bucket per autotune call (its log: "1/1
+                    # profile"), so each batch gets its own, on top of vLLM's warm-up at the
+                    # largest batch: FlashInfer runs its best tactic at every size.
+                    with torch.inference_mode(), fi_autotune():
+                        call()
                 call()  # compiles Triton, sizes the workspace
                 torch.cuda.synchronize()
                 us, method = time_us(call, m)
