@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, metas = load(a.inputs)
     text, variants = table(rows, a.ref)
     meta = "\n".join(
-        f"- `{m.get('variant')}`: `{m.get('command')}` on {m.get('device')}, "
+        f"- `{m.get('variant') or m.get('bench')}`: `{m.get('command')}` on {m.get('device')}, "
         f"torch {m.get('torch')}, triton {m.get('triton')}, read bandwidth "
         f"{m.get('read_bw_GBps', 0):.0f} GB/s"
         for m in metas
