@@ -240,7 +240,7 @@ def quote_report(md: str) -> str:
         lines = block.splitlines()
         if len(lines) > 2 and all(x.lstrip().startswith("|") for x in lines):
             head = [c.strip() for c in lines[0].strip().strip("|").split("|")]
-            cols = [i for i, h in enumerate(head) if re.fullmatch(r"\S+ / \S+", h)]
+            cols = [i for i, h in enumerate(head) if re.fullmatch(r"\S.* / \S+", h)]
             ratios: dict[str, dict[str, list[float]]] = {head[i]: {} for i in cols}
             rows = [[c.strip() for c in r.strip().strip("|").split("|")] for r in lines[2:]]
             # a case is told by the leading columns before the first numeric one (the batch)
