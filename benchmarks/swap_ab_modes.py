@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Does swap-AB pay for the quantisation modes its rule leaves unswapped? H200, one run.
+
+Patch 0001 swaps decode tiles by rule only for per-tensor FP8; FP8 block-wise (128x128),
+FP8 per-token activations with per-channel weights, and INT8 w8a8 per-token were not measured.
+For each of those modes, the Qwen3-30B-A3B and DeepSeek-V3 TP8 shapes and decode batches, this
+times the whole `fused_experts` call on the patched tree with:
+
+- "stock": the config vLLM picks (`try_get_optimal_moe_config`: the tuned H200 file where v0.21.0
+  has one, e.g. block FP8, else the default), unswapped ("SWAP_AB": false), as base runs it;
+- "stock_swapped": the same config with "SWAP_AB": true (the launcher maps it onto wgmma);
+- "best_swapped": the best of a few swapped tiles (BLOCK_SIZE_N 64/128 x 3-5 stages).
+
+Timing as `bench_swap_ab.py`: CUDA-graph replay cycling 4 routings, median us. Writes report.py
+rows (variants stock, stock_swapped, best_swapped) with roofline %.
+
+    cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched \\
+        python3 <workspace>/benchmarks/swap_ab_modes.py --out swap_ab_modes.json
+
+Exit 2 without CUDA or on a tree without the swap-AB patch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_swap_ab as bench  # noqa: E402
+import tune_swap_ab as tune  # noqa: E402
+
+MODES = ("fp8_block", "fp8_per_token", "int8_per_token")
+BATCHES = (1, 4, 16, 64)
+SWAPPED = [
+    dict(BLOCK_SIZE_N=n, num_stages=s, num_warps=4, SWAP_AB=True)
+    for n, s in itertools.product((64, 128), (3, 4, 5))
+]
+
+
+def make_mode(mode: str, e: int, h: int, i: int, seed: int):
+    """(w1 [E, 2I, H], w2 [E, H, I], quant config, dtype name for config lookup, block_shape).
+
+    Weights are randn/16 quantised to FP8 or INT8 with random positive scales (block 128x128
+    [E, 2I/128, H/128], or per output channel [E, N]); activations are quantised per token or
+    per 128-group dynamically by fused_experts.
+    """
+    from vllm.model_executor.layers.fused_moe.config import (
+        fp8_w8a8_moe_quant_config,
+        int8_w8a8_moe_quant_config,
+    )
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    w1 = torch.randn(e, 2 * i, h, device="cuda", generator=g) / 16
+    w2 = torch.randn(e, h, i, device="cuda", generator=g) / 16
+
+    def scales(*shape):
+        return torch.rand(*shape, device="cuda", generator=g) * 0.01 + 0.005
+
+    if mode == "fp8_block":
+        bs = [128, 128]
+        s1 = scales(e, -(-2 * i // 128), -(-h // 128))
+        s2 = scales(e, -(-h // 128), -(-i // 128))
+        qc = fp8_w8a8_moe_quant_config(w1_scale=s1, w2_scale=s2, block_shape=bs)
+        return w1.to(bench.FP8), w2.to(bench.FP8), qc, "fp8_w8a8", bs
+    if mode == "fp8_per_token":
+        qc = fp8_w8a8_moe_quant_config(
+            w1_scale=scales(e, 2 * i),
+            w2_scale=scales(e, h),
+            per_act_token_quant=True,
+            per_out_ch_quant=True,
+        )
+        return w1.to(bench.FP8), w2.to(bench.FP8), qc, "fp8_w8a8", None
+    if mode == "int8_per_token":
+        qc = int8_w8a8_moe_quant_config(
+            w1_scale=scales(e, 2 * i),
+            w2_scale=scales(e, h),
+            a1_scale=None,
+            a2_scale=None,
+            per_act_token_quant=True,
+        )
+        q = lambda w: (w * 127 / w.abs().amax()).round().to(torch.int8)  # noqa: E731
+        return q(w1), q(w2), qc, "int8_w8a8", None
+    raise ValueError(f"unknown mode {mode}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    ap.add_argument("--shapes", nargs="+", default=list(tune.TUNE_SHAPES))
+    ap.add_argument("--batches", nargs="+", type=int, default=list(BATCHES))
+    ap.add_argument("--budget-s", type=float, default=300, help="stop past this wall time, s")
+    args = ap.parse_args(argv)
+    t0 = time.monotonic()
+    if not torch.cuda.is_available():
+        print("CUDA is not available: this needs an NVIDIA GPU", file=sys.stderr)
+        return 2
+    import triton
+    from vllm.model_executor.layers.fused_moe import fused_moe as fm
+    from vllm.model_executor.layers.fused_moe import override_config
+
+    if not hasattr(fm, "get_fused_moe_swap_ab_config"):
+        print("this tree has no swap-AB patch", file=sys.stderr)
+        return 2
+    result = {
+        "bench": "swap-ab-modes",
+        "variant": "patched",
+        "command": " ".join(sys.argv),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "read_bw_GBps": bench.read_bandwidth_gbps(),
+        "rows": [],
+    }
+    read_bw = result["read_bw_GBps"]
+    for mode, (s_idx, name) in itertools.product(args.modes, enumerate(args.shapes)):
+        e, topk, h, i = bench.SHAPES[name]
+        w1, w2, qc, dtype, bs = make_mode(mode, e, h, i, seed=1000 + s_idx)
+        for batch in args.batches:
+            if time.monotonic() - t0 > args.budget_s:
+                result["stopped_early"] = f"{mode} {name} M={batch}"
+                break
+            g = torch.Generator(device="cuda").manual_seed(batch)
+            x = torch.randn(batch, h, device="cuda", dtype=torch.bfloat16, generator=g)
+            sets = bench.routings(batch, e, topk, 4, seed=7 * batch + s_idx)
+            distinct = sum(torch.unique(ids).numel() for _, ids in sets) / len(sets)
+            nbytes = distinct * 3 * i * h + batch * h * 2 * 2
+            stock = fm.try_get_optimal_moe_config(w1.size(), w2.size(), topk, dtype, batch, bs)
+            stock = {k: v for k, v in stock.items() if k != "SWAP_AB"}
+            cands = [
+                ("stock", dict(stock, SWAP_AB=False)),
+                ("stock_swapped", dict(stock, SWAP_AB=True)),
+            ]
+            cands += [("best_swapped", dict(stock, **c)) for c in SWAPPED]
+            best: dict[str, dict] = {}
+            for kind, cfg in cands:
+                try:
+                    us = tune.time_config(fm, override_config, x, w1, w2, qc, sets, cfg)
+                except Exception as exc:  # a tile that does not fit: skip it
+                    print(f"{mode} {name} M={batch} {cfg}: {type(exc).__name__}", flush=True)
+                    continue
+                if kind not in best or us < best[kind]["us"]:
+                    best[kind] = dict(us=round(us, 2), config=cfg)
+            for kind, r in best.items():
+                row = dict(
+                    case=name,
+                    dtype=mode,
+                    batch=batch,
+                    variant=kind,
+                    us=r["us"],
+                    bytes=int(nbytes),
+                    roofline_pct=round(100 * nbytes / (r["us"] * 1e-6) / (read_bw * 1e9), 1),
+                    timing="graph",
+                    config=r["config"],
+                )
+                result["rows"].append(row)
+                print(json.dumps({k: row[k] for k in ("case", "dtype", "batch", "variant", "us")}))
+            with open(args.out, "w") as f:
+                json.dump(result, f, indent=1)
+        del w1, w2
+        torch.cuda.empty_cache()
+    result["wall_s"] = round(time.monotonic() - t0, 1)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
