@@ -16,7 +16,7 @@ batches; medians in us. (The first run timed batches >= 256 eagerly with
 `triton.testing.do_bench`, and identical code moved +-50% there.)
 Each call cycles through `--routing-sets` precomputed routings with different
 experts, as consecutive MoE layers of a model would, so that small batches do not find their
-experts' weights in the 60 MB L2 from the previous call. The ceiling is HBM read bandwidth,
+experts' weights in the 50 MB L2 from the previous call. The ceiling is HBM read bandwidth,
 measured here as a torch sum over 2 GiB (median of do_bench); bytes that must move = distinct
 experts touched (mean over the routing sets) * their w13 + w2 bytes + bf16 activations in and
 out. Every variant gets the same seeds, so the same weights and routings.

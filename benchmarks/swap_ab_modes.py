@@ -9,7 +9,9 @@ times the whole `fused_experts` call on the patched tree with:
 - "stock": the config vLLM picks (`try_get_optimal_moe_config`: the tuned H200 file where v0.21.0
   has one, e.g. block FP8, else the default), unswapped ("SWAP_AB": false), as base runs it;
 - "stock_swapped": the same config with "SWAP_AB": true (the launcher maps it onto wgmma);
-- "best_swapped": the best of a few swapped tiles (BLOCK_SIZE_N 64/128 x 3-5 stages).
+- "best_swapped": the best of a few swapped tiles (BLOCK_SIZE_N 64/128 x 3-5 stages);
+- with --rule, "rule": the same config with no "SWAP_AB" key, so the launcher's rule decides per
+  GEMM (e.g. it keeps DeepSeek-V3's w2, K=256, unswapped).
 
 Timing as `bench_swap_ab.py`: CUDA-graph replay cycling 4 routings, median us. Writes report.py
 rows (variants stock, stock_swapped, best_swapped) with roofline %.
@@ -96,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", nargs="+", default=list(tune.TUNE_SHAPES))
     ap.add_argument("--batches", nargs="+", type=int, default=list(BATCHES))
     ap.add_argument("--budget-s", type=float, default=300, help="stop past this wall time, s")
+    ap.add_argument("--rule", action="store_true", help="time stock and rule only")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
     if not torch.cuda.is_available():
@@ -133,11 +136,12 @@ def main(argv: list[str] | None = None) -> int:
             nbytes = distinct * 3 * i * h + batch * h * 2 * 2
             stock = fm.try_get_optimal_moe_config(w1.size(), w2.size(), topk, dtype, batch, bs)
             stock = {k: v for k, v in stock.items() if k != "SWAP_AB"}
-            cands = [
-                ("stock", dict(stock, SWAP_AB=False)),
-                ("stock_swapped", dict(stock, SWAP_AB=True)),
-            ]
-            cands += [("best_swapped", dict(stock, **c)) for c in SWAPPED]
+            cands = [("stock", dict(stock, SWAP_AB=False))]
+            if args.rule:
+                cands += [("rule", dict(stock))]
+            else:
+                cands += [("stock_swapped", dict(stock, SWAP_AB=True))]
+                cands += [("best_swapped", dict(stock, **c)) for c in SWAPPED]
             best: dict[str, dict] = {}
             for kind, cfg in cands:
                 try:
