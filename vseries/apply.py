@@ -1,7 +1,8 @@
 """apply: reset vllm/ to the pin and apply patches/series with ``git am -3``.
 
 One commit per patch on the branch ``series``. Idempotent: when the branch already holds
-exactly the series (same patch-ids) on the pin and the tree is clean, nothing is done.
+exactly the series (same patch-ids and commit messages) on the pin and the tree is clean,
+nothing is done; a reworded patch (same diff, new message) is applied again.
 Atomic: patches are applied on a detached HEAD at the pin; on any failure the am is aborted
 and vllm/ returns to the HEAD (and uncommitted work) it had. Uncommitted work, or commits
 that are not in the series, are refused unless --force, which first keeps them under
@@ -36,6 +37,25 @@ def _foreign_commits(vdir: Path, pinned: str, tip: str, want: list[str]) -> list
         if pid not in want:
             out.append(git.run(vdir, "log", "-1", "--format=%h %s", c))
     return out
+
+
+def _edited_patches(
+    vdir: Path, pinned: str, tips: set, want: list[str], entries: list[series.Entry]
+) -> list[str]:
+    """Series files whose vllm/ commit (same subject) has another diff: the file was edited."""
+    wanted_by_subject = {}
+    for e, pid in zip(entries, want, strict=True):
+        subject = git.patch_message(vdir, e.path.read_text(errors="replace")).split("\n", 1)[0]
+        wanted_by_subject[subject] = (e.name, pid)
+    edited = []
+    for tip in sorted(t for t in tips if t):
+        for c, pid in git.commit_patch_ids(vdir, pinned, tip):
+            name, want_pid = wanted_by_subject.get(
+                git.run(vdir, "log", "-1", "--format=%s", c), (None, None)
+            )
+            if name and pid != want_pid and name not in edited:
+                edited.append(name)
+    return edited
 
 
 def explain(vdir: Path, patch: Path, am_output: str) -> str:
@@ -109,8 +129,14 @@ def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
         and not dirty
         and git.ok(vdir, "merge-base", "--is-ancestor", pinned, "HEAD")
     ):
-        have = [pid for _, pid in git.commit_patch_ids(vdir, pinned, "HEAD")]
-        if have == want:
+        held = git.commit_patch_ids(vdir, pinned, "HEAD")
+        if [pid for _, pid in held] == want and all(
+            git.same_message(
+                git.run(vdir, "log", "-1", "--format=%B", c),
+                git.patch_message(vdir, e.path.read_text(errors="replace")),
+            )
+            for (c, _), e in zip(held, entries, strict=True)
+        ):
             print(
                 f"apply: vllm/ already holds the series ({len(want)} patches on "
                 f"{pin.tag}); nothing changed"
@@ -126,15 +152,24 @@ def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
     at_risk = list(dict.fromkeys(at_risk))
     stash = None
     if at_risk and not force:
-        raise SeriesError(
-            "vllm/ holds work that applying the series would drop:\n"
-            + "\n".join(f"  {x}" for x in at_risk),
-            (
+        edited = _edited_patches(vdir, pinned, tips, want, entries)
+        if edited and not dirty:
+            hint = (
+                "scripts/apply.sh --force   # apply the edited patch files (vllm/'s commits are "
+                "kept under refs/vseries/backup/); or scripts/refresh.sh to overwrite them "
+                "with vllm/'s version"
+            )
+        else:
+            hint = (
                 "git -C vllm commit -a -s && scripts/refresh.sh   # keep it as a patch; "
                 if dirty
                 else "scripts/refresh.sh   # export your commits into patches/ first; "
-            )
-            + "or scripts/apply.sh --force   # keeps a backup ref, then resets",
+            ) + "or scripts/apply.sh --force   # keeps a backup ref, then resets"
+        raise SeriesError(
+            "vllm/ holds work that applying the series would drop:\n"
+            + "\n".join(f"  {x}" for x in at_risk)
+            + "".join(f"\n  (patches/{n} changed since vllm/ was applied)" for n in edited),
+            hint,
         )
     if at_risk:
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -171,8 +206,9 @@ def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
         if keep_conflict:
             raise SeriesError(
                 f"patch {e.name} does not apply; the am session is left open in vllm/:\n{why}",
-                "fix the files in vllm/, git -C vllm add them, git -C vllm am --continue, "
-                "then scripts/refresh.sh (or git -C vllm am --abort)",
+                "git -C vllm am --show-current-patch=diff shows it; fix the files in vllm/, "
+                "git -C vllm add them, git -C vllm am --continue, then scripts/refresh.sh "
+                "(or git -C vllm am --abort, then scripts/apply.sh)",
             )
         git.run(vdir, "am", "--abort", check=False)
         git.run(vdir, "checkout", "-q", "-f", orig)
@@ -181,7 +217,9 @@ def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
         raise SeriesError(
             f"patch {e.name} does not apply on {pin.tag} + the patches before it; vllm/ is back "
             f"as it was ({orig[:12] if orig == head else orig}):\n{why}",
-            "scripts/apply.sh --keep-conflict   # stop at the conflict and fix it by hand",
+            "scripts/apply.sh --keep-conflict"
+            + (" --force" if force else "")
+            + "   # stop at the conflict and fix it by hand",
         )
     git.run(vdir, "checkout", "-q", "-B", BRANCH)
     print(f"apply: {len(applied)} patches applied on {pin.tag} ({pinned[:12]}), branch {BRANCH}:")

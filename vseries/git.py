@@ -2,6 +2,7 @@
 
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 from vseries.errors import SeriesError
@@ -145,6 +146,20 @@ def patch_id(repo: Path, diff_text: str) -> str | None:
     """``git patch-id --stable`` of a diff or patch email; None when it holds no diff."""
     out = run(repo, "patch-id", "--stable", input=diff_text)
     return out.split()[0] if out else None
+
+
+def patch_message(repo: Path, patch_text: str) -> str:
+    """The commit message ``git am -k`` makes of a patch email (``git mailinfo -k``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        msg, pat = Path(tmp, "msg"), Path(tmp, "patch")
+        info = run(repo, "mailinfo", "-k", str(msg), str(pat), input=patch_text)
+        subject = next((ln[9:] for ln in info.splitlines() if ln.startswith("Subject: ")), "")
+        return f"{subject}\n\n{msg.read_text(errors='replace')}"
+
+
+def same_message(a: str, b: str) -> bool:
+    """Two commit messages equal up to whitespace (line wrapping, trailing blank lines)."""
+    return a.split() == b.split()
 
 
 def commit_patch_ids(repo: Path, base: str, tip: str) -> list[tuple[str, str]]:

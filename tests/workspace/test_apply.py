@@ -33,6 +33,34 @@ def test_second_apply_changes_nothing(ws, capsys):
     assert "nothing changed" in capsys.readouterr().out
 
 
+def test_reworded_patch_is_applied_again(ws):
+    """A pulled patch whose message changed (same diff) reaches vllm/, so a later refresh
+    does not write the old message back."""
+    apply.apply()
+    entry = series.load()[-1]
+    text = entry.path.read_text()
+    entry.path.write_text(text.replace("\n\n", "\n\nReworded by upstream review.\n\n", 1))
+    apply.apply()
+    assert "Reworded by upstream review." in git(ws / "vllm", "log", "-1", "--format=%B")
+
+
+def test_edited_patch_file_gets_the_force_hint_not_refresh(ws):
+    """Editing a patch file makes its vllm/ commit foreign; the hint must not be refresh,
+    which would overwrite the edit."""
+    apply.apply()
+    entry = series.load()[-1]
+    lines = entry.path.read_text().splitlines(keepends=True)
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("+") and not ln.startswith("+++"))
+    lines[i] = lines[i].rstrip("\n") + "  # edited by hand\n"  # same hunk sizes, new content
+    edited = "".join(lines)
+    entry.path.write_text(edited)
+    with pytest.raises(SeriesError) as e:
+        apply.apply()
+    assert f"patches/{entry.name} changed since vllm/ was applied" in str(e.value)
+    assert "apply.sh --force" in str(e.value)
+    assert entry.path.read_text() == edited
+
+
 def test_same_series_gives_same_commit_ids(ws, tmp_path):
     first = apply.apply()
     git(ws / "vllm", "checkout", "-q", "--detach", "HEAD~" + str(len(first)))
