@@ -151,6 +151,7 @@ def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
         ]
     at_risk = list(dict.fromkeys(at_risk))
     stash = None
+    backups: list[str] = []
     if at_risk and not force:
         edited = _edited_patches(vdir, pinned, tips, want, entries)
         if edited and not dirty:
@@ -176,6 +177,7 @@ def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
         for i, tip in enumerate(sorted(t for t in tips if t)):
             ref = f"refs/vseries/backup/{stamp}" + (f"-{i}" if i else "")
             git.run(vdir, "update-ref", ref, tip)
+            backups.append(ref)
             print(f"apply: backup of {tip[:12]} kept as {ref}")
         if dirty:
             git.run(
@@ -189,6 +191,7 @@ def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
             )
             stash = git.rev(vdir, "stash@{0}")
             git.run(vdir, "update-ref", f"refs/vseries/backup/{stamp}-worktree", stash)
+            backups.append(f"refs/vseries/backup/{stamp}-worktree")
             print(
                 f"apply: uncommitted work stashed (git -C vllm stash show -p {stash[:12]}) "
                 f"and kept as refs/vseries/backup/{stamp}-worktree"
@@ -204,16 +207,27 @@ def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
             continue
         why = explain(vdir, e.path, out)
         if keep_conflict:
+            # One am session for this patch and the ones after it, so that am --continue
+            # applies the rest of the series too.
+            git.run(vdir, "am", "--abort", check=False)
+            rest = [str(x.path) for x in entries[entries.index(e) :]]
+            git.run(vdir, "am", "-3", "-k", "--committer-date-is-author-date", *rest,
+                    check=False, env=AM_ENV)  # fmt: skip
             raise SeriesError(
-                f"patch {e.name} does not apply; the am session is left open in vllm/:\n{why}",
-                "git -C vllm am --show-current-patch=diff shows it; fix the files in vllm/, "
-                "git -C vllm add them, git -C vllm am --continue, then scripts/refresh.sh "
+                f"patch {e.name} does not apply; the am session is left open in vllm/ with it "
+                f"and the {len(rest) - 1} patches after it:\n{why}",
+                "fix the conflicts in vllm/ (where nothing of the patch applied: git -C vllm am "
+                "--show-current-patch=diff | git -C vllm apply --reject, then fix the .rej "
+                "hunks), git -C vllm add them, git -C vllm am --continue (applies the rest), "
+                "then git -C vllm checkout -B series && scripts/refresh.sh "
                 "(or git -C vllm am --abort, then scripts/apply.sh)",
             )
         git.run(vdir, "am", "--abort", check=False)
         git.run(vdir, "checkout", "-q", "-f", orig)
-        if stash:
-            git.run(vdir, "stash", "pop", "-q", check=False)
+        restored = not stash or git.ok(vdir, "stash", "pop", "-q")
+        if restored:  # vllm/ is back to what the backups saved: they would only pile up
+            for ref in backups:
+                git.run(vdir, "update-ref", "-d", ref, check=False)
         raise SeriesError(
             f"patch {e.name} does not apply on {pin.tag} + the patches before it; vllm/ is back "
             f"as it was ({orig[:12] if orig == head else orig}):\n{why}",

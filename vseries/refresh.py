@@ -40,7 +40,8 @@ def refresh() -> dict[str, list[str]]:
         {"added": [...], "changed": [...], "unchanged": [...], "removed": [...]} file names.
 
     Raises:
-        SeriesError: vllm/ is missing, mid-am, dirty, or its HEAD does not descend from the pin.
+        SeriesError: vllm/ is missing, mid-am, dirty, on a detached HEAD, or its HEAD does not
+            descend from the pin.
     """
     pin = pinmod.load()
     vdir = paths.vllm_dir()
@@ -49,6 +50,14 @@ def refresh() -> dict[str, list[str]]:
         raise SeriesError(
             "vllm/ has uncommitted changes; refresh exports commits only",
             "git -C vllm commit -a -s   # then scripts/refresh.sh",
+        )
+    if git.head_branch(vdir) is None:
+        # e.g. right after `git am --continue` on apply's detached HEAD: exporting from there
+        # would drop every patch that is not (yet) on it
+        raise SeriesError(
+            "vllm/ HEAD is detached; refresh exports the branch you work on",
+            "git -C vllm checkout -B series   # when HEAD holds the whole series; "
+            "then scripts/refresh.sh",
         )
     if not git.ok(vdir, "merge-base", "--is-ancestor", pin.commit, "HEAD"):
         raise SeriesError(

@@ -5,7 +5,7 @@ patch, file and hunk failed."""
 import pytest
 from conftest import git, make_patch
 
-from vseries import apply, series
+from vseries import apply, refresh, series
 from vseries.errors import SeriesError
 
 
@@ -145,6 +145,52 @@ def test_keep_conflict_leaves_the_am_open(tiny):
     assert (vdir / ".git" / "rebase-apply").exists()
     with pytest.raises(SeriesError, match="middle of a git am"):
         apply.apply()
+
+
+def test_keep_conflict_queues_the_rest_and_refresh_keeps_every_patch(tiny):
+    """After fixing the conflict, am --continue applies the later patches too, and refresh
+    refuses the detached HEAD instead of exporting (and deleting) fewer patches."""
+    vdir = tiny / "vllm"
+    p1 = make_patch(vdir, tiny / "patches", lambda r: (r / "b.py").write_text("x = 3\n"), "[P] b")
+    p2 = make_patch(vdir, tiny / "patches", lambda r: (r / "a.py").write_text("a = 1\n"), "[P] a")
+    (vdir / "b.py").write_text("x = 9\n")  # the pin itself now differs: commit it as the pin
+    git(vdir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "moved pin")
+    pin_text = (tiny / "upstream.toml").read_text()
+    old = pin_text.split('commit = "')[1].split('"')[0]
+    new_pin = git(vdir, "rev-parse", "HEAD")
+    (tiny / "upstream.toml").write_text(pin_text.replace(old, new_pin))
+    (tiny / "patches" / "series").write_text(f"{p1.name}\n{p2.name}\n")
+    with pytest.raises(SeriesError, match="and the 1 patches after it") as e:
+        apply.apply(keep_conflict=True)
+    assert "checkout -B series" in str(e.value)
+    (vdir / "b.py").write_text("x = 3\n")
+    git(vdir, "add", "b.py")
+    git(vdir, "-c", "user.name=t", "-c", "user.email=t@t", "am", "--continue")
+    assert git(vdir, "rev-list", "--count", f"{new_pin}..HEAD") == "2"
+    with pytest.raises(SeriesError, match="detached"):
+        refresh.refresh()
+    assert (tiny / "patches" / p2.name).exists()
+    git(vdir, "checkout", "-q", "-B", "series")
+    refresh.refresh()
+    assert [series.subject(e.path) for e in series.load()] == ["[P] b", "[P] a"]
+
+
+def test_failed_force_apply_leaves_no_backup_refs(tiny):
+    """--force backs up before applying; when the series then fails and vllm/ is rolled
+    back, those refs are dropped instead of piling up on every retry."""
+    vdir = tiny / "vllm"
+    p = make_patch(vdir, tiny / "patches", lambda r: (r / "b.py").write_text("x = 3\n"), "[P] b")
+    (tiny / "patches" / "series").write_text(p.name + "\n")
+    apply.apply()
+    (vdir / "mine.txt").write_text("mine\n")
+    git(vdir, "add", "mine.txt")
+    git(vdir, "-c", "user.name=u", "-c", "user.email=u@u", "commit", "-qm", "mine")
+    mine = git(vdir, "rev-parse", "HEAD")
+    p.write_text(p.read_text().replace("-x = 1", "-x = 7"))  # no longer applies
+    with pytest.raises(SeriesError, match="does not apply"):
+        apply.apply(force=True)
+    assert git(vdir, "rev-parse", "HEAD") == mine
+    assert git(vdir, "for-each-ref", "refs/vseries/backup/") == ""
 
 
 def test_missing_file_and_not_a_patch_are_refused(tiny):
