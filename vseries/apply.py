@@ -218,16 +218,18 @@ def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
                 f"and the {len(rest) - 1} patches after it:\n{why}",
                 "fix the conflicts in vllm/ (where nothing of the patch applied: git -C vllm am "
                 "--show-current-patch=diff | git -C vllm apply --reject, then fix the .rej "
-                "hunks), git -C vllm add them, git -C vllm am --continue (applies the rest), "
+                "hunks and delete the .rej files), git -C vllm add -A (new files of the patch "
+                "are untracked until then), git -C vllm am --continue (applies the rest), "
                 "then git -C vllm checkout -B series && scripts/refresh.sh "
-                "(or git -C vllm am --abort, then scripts/apply.sh)",
+                f"(or git -C vllm am --abort, then scripts/apply.sh{' --force' if force else ''})",
             )
         git.run(vdir, "am", "--abort", check=False)
         git.run(vdir, "checkout", "-q", "-f", orig)
         restored = not stash or git.ok(vdir, "stash", "pop", "-q")
-        if restored:  # vllm/ is back to what the backups saved: they would only pile up
+        if restored and backups:  # vllm/ is back to what they saved: they would only pile up
             for ref in backups:
                 git.run(vdir, "update-ref", "-d", ref, check=False)
+            print(f"apply: vllm/ restored, so the backup refs are dropped ({', '.join(backups)})")
         raise SeriesError(
             f"patch {e.name} does not apply on {pin.tag} + the patches before it; vllm/ is back "
             f"as it was ({orig[:12] if orig == head else orig}):\n{why}",

@@ -31,25 +31,33 @@ def export(vdir: Path, base: str, tip: str, out: Path) -> list[Path]:
     return [Path(n) for n in names.splitlines() if n]
 
 
-def refresh() -> dict[str, list[str]]:
+def refresh(prune: bool = False) -> dict[str, list[str]]:
     """Rewrite patches/ and patches/series from vllm/'s commits on top of the pin.
 
     Options of series lines (contract=...) follow their patch by patch-id, else by name.
+
+    Args:
+        prune: allow dropping series entries whose commit is not on HEAD (without it such a
+            refresh is refused: it usually means the wrong branch is checked out).
 
     Returns:
         {"added": [...], "changed": [...], "unchanged": [...], "removed": [...]} file names.
 
     Raises:
         SeriesError: vllm/ is missing, mid-am, dirty, on a detached HEAD, or its HEAD does not
-            descend from the pin.
+            descend from the pin; a patch would be removed without ``prune``.
     """
     pin = pinmod.load()
     vdir = paths.vllm_dir()
     git.require_checkout(vdir)
-    if git.dirty(vdir):
+    dirty = git.dirty(vdir)
+    if dirty:
         raise SeriesError(
-            "vllm/ has uncommitted changes; refresh exports commits only",
-            "git -C vllm commit -a -s   # then scripts/refresh.sh",
+            "vllm/ has uncommitted changes; refresh exports commits only:\n"
+            + "\n".join(f"  {d}" for d in dirty[:10]),
+            "git -C vllm add -A && git -C vllm commit -s   # a new patch; or "
+            "git -C vllm commit --fixup=<commit> and git -C vllm rebase -i --autosquash to fold "
+            "it into a patch; then scripts/refresh.sh",
         )
     if git.head_branch(vdir) is None:
         # e.g. right after `git am --continue` on apply's detached HEAD: exporting from there
@@ -74,9 +82,21 @@ def refresh() -> dict[str, list[str]]:
     report = {"added": [], "changed": [], "unchanged": [], "removed": []}
     new_entries = []
     with tempfile.TemporaryDirectory() as tmp:
-        for f in export(vdir, pin.commit, "HEAD", Path(tmp)):
-            pid = git.patch_id(vdir, f.read_text(errors="replace"))
-            prev = by_id.get(pid) or by_name.get(f.name)
+        exported = [
+            (f, by_id.get(git.patch_id(vdir, f.read_text(errors="replace"))) or by_name.get(f.name))
+            for f in export(vdir, pin.commit, "HEAD", Path(tmp))
+        ]
+        matched = {prev.name for _, prev in exported if prev}
+        gone = [e.name for e in old if e.name not in matched and e.path.exists()]
+        if gone and not prune:
+            raise SeriesError(
+                f"vllm/ HEAD ({git.head_branch(vdir)}) has no commit for "
+                + ", ".join(gone)
+                + "; refresh would delete them from patches/",
+                "git -C vllm checkout series   # the branch that holds the series; or "
+                "scripts/refresh.sh --prune to drop them on purpose",
+            )
+        for f, prev in exported:
             new_entries.append(series.Entry(f.name, dict(prev.options) if prev else {}))
             dest = paths.patches_dir() / f.name
             if dest.exists() and filecmp.cmp(f, dest, shallow=False):
@@ -108,10 +128,15 @@ def refresh() -> dict[str, list[str]]:
 
 
 def main(args) -> int:
-    refresh()
+    refresh(prune=args.prune)
     return 0
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("refresh", help="export vllm/'s commits on the pin into patches/")
+    p.add_argument(
+        "--prune",
+        action="store_true",
+        help="drop series entries that have no commit on vllm/'s HEAD (refused without it)",
+    )
     p.set_defaults(func=main)

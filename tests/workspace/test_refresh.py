@@ -52,3 +52,28 @@ def test_refresh_refuses_uncommitted_work(tiny):
     with pytest.raises(SeriesError, match="uncommitted changes"):
         refresh.refresh()
     assert (tiny / "vllm" / "b.py").read_text() == "dirty\n"
+
+
+def test_refresh_refuses_to_drop_a_patch_missing_on_the_branch(tiny):
+    """On a branch that lacks a series commit, refresh would delete that patch and its
+    options: refused (nothing written) unless --prune."""
+    vdir = tiny / "vllm"
+    a = make_patch(vdir, tiny / "patches", lambda r: (r / "b.py").write_text("x = 2\n"), "[P] b")
+    b = make_patch(vdir, tiny / "patches", lambda r: (r / "a.py").write_text("a\n"), "[P] a")
+    b = b.rename(tiny / "patches" / "0002-P-a.patch")
+    (tiny / "patches" / "series").write_text(f"{a.name}\n{b.name} contract=tests/c.py\n")
+    apply.apply()
+    git(vdir, "checkout", "-q", "-B", "other", "HEAD~1")
+    before = snapshot(tiny)
+    with pytest.raises(SeriesError, match="no commit for 0002-P-a.patch"):
+        refresh.refresh()
+    assert snapshot(tiny) == before
+    report = refresh.refresh(prune=True)
+    assert report["removed"] == [b.name] and not b.exists()
+
+
+def test_refresh_names_the_uncommitted_files(tiny):
+    (tiny / "vllm" / "new.py").write_text("new\n")
+    with pytest.raises(SeriesError, match="new.py") as e:
+        refresh.refresh()
+    assert "git -C vllm add -A" in str(e.value)
