@@ -767,7 +767,7 @@ def _finish(st: dict) -> int:
             )
         git.run(vdir, "checkout", "-q", "-B", apply.BRANCH)
         _write_pin(rel)
-        refresh.refresh()
+        refresh.refresh(prune=True)  # upstreamed and skipped patches leave the series
         header, _ = series.read()
         carried = [r for r in rows if r.new]
         new_entries = series.load(validate=False)
