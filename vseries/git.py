@@ -110,6 +110,20 @@ def dirty(repo: Path) -> list[str]:
     return [line for line in out.splitlines() if line]
 
 
+def require_clean(repo: Path, problem: str, hint: str) -> None:
+    """Raise SeriesError naming up to 10 uncommitted paths of repo, when it has any.
+
+    problem completes "<repo>/ has uncommitted changes ...", e.g. "a rebase could lose".
+    """
+    changed = dirty(repo)
+    if changed:
+        raise SeriesError(
+            f"{repo.name}/ has uncommitted changes {problem}:\n"
+            + "\n".join(f"  {d}" for d in changed[:10]),
+            hint,
+        )
+
+
 def in_progress(repo: Path) -> str | None:
     """Name an unfinished am / rebase / merge / cherry-pick in repo, else None."""
     gitdir = Path(run(repo, "rev-parse", "--absolute-git-dir"))

@@ -350,13 +350,9 @@ def new_release(vdir: Path, old: pinmod.Pin, tag: str, commit: str | None, route
 
 def _preflight(vdir: Path, pin: pinmod.Pin, entries: list[series.Entry]) -> None:
     git.require_checkout(vdir)
-    dirty = git.dirty(vdir)
-    if dirty:
-        raise SeriesError(
-            "vllm/ has uncommitted changes a rebase could lose:\n"
-            + "\n".join(f"  {d}" for d in dirty[:10]),
-            "git -C vllm stash   # or commit them and scripts/refresh.sh",
-        )
+    git.require_clean(
+        vdir, "a rebase could lose", "git -C vllm stash   # or commit them and scripts/refresh.sh"
+    )
     want = apply.wanted_ids(vdir, entries)
     tips = {git.rev(vdir, "HEAD"), git.rev(vdir, apply.BRANCH)} - {None}
     foreign = [

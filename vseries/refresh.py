@@ -50,15 +50,13 @@ def refresh(prune: bool = False) -> dict[str, list[str]]:
     pin = pinmod.load()
     vdir = paths.vllm_dir()
     git.require_checkout(vdir)
-    dirty = git.dirty(vdir)
-    if dirty:
-        raise SeriesError(
-            "vllm/ has uncommitted changes; refresh exports commits only:\n"
-            + "\n".join(f"  {d}" for d in dirty[:10]),
-            "git -C vllm add -A && git -C vllm commit -s   # a new patch; or "
-            "git -C vllm commit --fixup=<commit> and git -C vllm rebase -i --autosquash to fold "
-            "it into a patch; then scripts/refresh.sh",
-        )
+    git.require_clean(
+        vdir,
+        "refresh would not export (it exports commits only)",
+        "git -C vllm add -A && git -C vllm commit -s   # a new patch; or "
+        "git -C vllm commit --fixup=<commit> and git -C vllm rebase -i --autosquash to fold "
+        "it into a patch; then scripts/refresh.sh",
+    )
     if git.head_branch(vdir) is None:
         # e.g. right after `git am --continue` on apply's detached HEAD: exporting from there
         # would drop every patch that is not (yet) on it
