@@ -101,26 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rule", action="store_true", help="time stock and rule only")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
-    if not torch.cuda.is_available():
-        print("CUDA is not available: this needs an NVIDIA GPU", file=sys.stderr)
+    found = tune.patched_moe("swap-ab-modes")
+    if found is None:
         return 2
-    import triton
-    from vllm.model_executor.layers.fused_moe import fused_moe as fm
-    from vllm.model_executor.layers.fused_moe import override_config
-
-    if not hasattr(fm, "get_fused_moe_swap_ab_config"):
-        print("this tree has no swap-AB patch", file=sys.stderr)
-        return 2
-    result = {
-        "bench": "swap-ab-modes",
-        "variant": "patched",
-        "command": " ".join(sys.argv),
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "read_bw_GBps": bench.read_bandwidth_gbps(),
-        "rows": [],
-    }
+    fm, override_config, result = found
+    result.update(variant="patched", rows=[])
     read_bw = result["read_bw_GBps"]
     for mode, (s_idx, name) in itertools.product(args.modes, enumerate(args.shapes)):
         e, topk, h, i = bench.SHAPES[name]

@@ -127,6 +127,34 @@ def write_configs(result: dict, out_dir: str, device_name: str) -> None:
             f.write("\n")
 
 
+def patched_moe(bench_name: str):
+    """(vLLM's fused_moe module, its override_config, a result header) on a CUDA host whose
+    vLLM has the swap-AB patch; None, after saying why on stderr, otherwise.
+
+    The header holds the bench name, command line, device, torch / Triton versions and the
+    measured read bandwidth (GB/s, `bench_swap_ab.read_bandwidth_gbps`).
+    """
+    if not torch.cuda.is_available():
+        print("CUDA is not available: this needs an NVIDIA GPU", file=sys.stderr)
+        return None
+    import triton
+    from vllm.model_executor.layers.fused_moe import fused_moe as fm
+    from vllm.model_executor.layers.fused_moe import override_config
+
+    if not hasattr(fm, "get_fused_moe_swap_ab_config"):
+        print("this tree has no swap-AB patch (get_fused_moe_swap_ab_config)", file=sys.stderr)
+        return None
+    header = {
+        "bench": bench_name,
+        "command": " ".join(sys.argv),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "read_bw_GBps": bench.read_bandwidth_gbps(),
+    }
+    return fm, override_config, header
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -147,29 +175,17 @@ def main(argv: list[str] | None = None) -> int:
             earlier = json.load(f)
         write_configs(earlier, args.configs_out, earlier["device"].replace(" ", "_"))
         return 0
-    if not torch.cuda.is_available():
-        print("CUDA is not available: tuning needs an NVIDIA GPU", file=sys.stderr)
+    found = patched_moe("swap-ab-tune")
+    if found is None:
         return 2
-    import triton
-    from vllm.model_executor.layers.fused_moe import fused_moe as fm
-    from vllm.model_executor.layers.fused_moe import override_config
-
-    if not hasattr(fm, "get_fused_moe_swap_ab_config"):
-        print("this tree has no swap-AB patch (get_fused_moe_swap_ab_config)", file=sys.stderr)
-        return 2
-    device_name = torch.cuda.get_device_name().replace(" ", "_")
-    result = {
-        "bench": "swap-ab-tune",
-        "command": " ".join(sys.argv),
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "space": {"unswapped": len(UNSWAPPED), "swapped": len(SWAPPED), "common": COMMON},
-        "read_bw_GBps": bench.read_bandwidth_gbps(),
-        "rows": [],  # report.py rows: default_base, default_patched, best_* per batch
-        "candidates": [],  # every timing
-        "best": [],
-    }
+    fm, override_config, result = found
+    device_name = result["device"].replace(" ", "_")
+    result.update(
+        space={"unswapped": len(UNSWAPPED), "swapped": len(SWAPPED), "common": COMMON},
+        rows=[],  # report.py rows: default_base, default_patched, best_* per batch
+        candidates=[],  # every timing
+        best=[],
+    )
     read_bw = result["read_bw_GBps"]
     for s_idx, name in enumerate(args.shapes):
         e, topk, h, i = bench.SHAPES[name]
