@@ -82,14 +82,15 @@ def explain(vdir: Path, patch: Path, am_output: str) -> str:
     return "\n".join(f"  {x}" for x in dict.fromkeys(found)) or "  " + am_output.strip()[-400:]
 
 
-def am(vdir: Path, patch: Path, *config: str) -> str:
-    """``git am -3 -k`` one patch onto HEAD of vdir, as apply makes every commit (fixed
-    committer, committer date = author date); returns git's output and never raises: the
-    caller looks at ``git.in_progress`` to see whether it stopped.
+def am(vdir: Path, patch: Path | list[Path], *config: str) -> str:
+    """``git am -3 -k`` one patch (or several, in one session) onto HEAD of vdir, as apply
+    makes every commit (fixed committer, committer date = author date); returns git's output
+    and never raises: the caller looks at ``git.in_progress`` to see whether it stopped.
 
     Args:
         config: extra ``-c key=value`` pairs, e.g. ("-c", "merge.conflictStyle=diff3").
     """
+    patches = patch if isinstance(patch, list) else [patch]
     return git.run(
         vdir,
         *config,
@@ -97,7 +98,7 @@ def am(vdir: Path, patch: Path, *config: str) -> str:
         "-3",
         "-k",
         "--committer-date-is-author-date",
-        str(patch),
+        *map(str, patches),
         check=False,
         env=AM_ENV,
     )
@@ -210,9 +211,8 @@ def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
             # One am session for this patch and the ones after it, so that am --continue
             # applies the rest of the series too.
             git.run(vdir, "am", "--abort", check=False)
-            rest = [str(x.path) for x in entries[entries.index(e) :]]
-            git.run(vdir, "am", "-3", "-k", "--committer-date-is-author-date", *rest,
-                    check=False, env=AM_ENV)  # fmt: skip
+            rest = [x.path for x in entries[entries.index(e) :]]
+            am(vdir, rest)
             raise SeriesError(
                 f"patch {e.name} does not apply; the am session is left open in vllm/ with it "
                 f"and the {len(rest) - 1} patches after it:\n{why}",

@@ -41,7 +41,7 @@ from identify.identify import tags_from_filename, tags_from_path
 
 from vseries import git, paths, prbody, refresh, series
 from vseries import pin as pinmod
-from vseries.apply import AM_ENV, BRANCH, explain, wanted_ids
+from vseries.apply import BRANCH, am, explain, wanted_ids
 from vseries.errors import SeriesError
 
 LS_REMOTE_TIMEOUT = 20  # seconds; a remote that does not answer in that time is unreachable
@@ -85,9 +85,7 @@ def _number(entry: series.Entry, index: int) -> str:
 
 def _am(wt: Path, patch: Path) -> tuple[bool, str]:
     """git am -3 -k one patch in the worktree; on failure abort and say why."""
-    out = git.run(
-        wt, "am", "-3", "-k", "--committer-date-is-author-date", str(patch), check=False, env=AM_ENV
-    )
+    out = am(wt, patch)
     if not git.in_progress(wt):
         return True, out
     why = explain(wt, patch, out)
