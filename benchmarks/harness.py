@@ -1,0 +1,238 @@
+"""The benchmarks' shared harness: ceiling, timing, roofline, result header and row schema.
+
+Every H200 benchmark of this workspace times vLLM code the same way (the method of the
+design notes, ``../shared/design.md`` "Performance: how to measure"):
+
+- Ceiling: HBM read bandwidth, bytes/s, measured in the same process as the timings
+  (``read_bandwidth``: a torch ``sum`` over 2 GiB, median of ``do_bench``; it reads every byte
+  once and writes almost nothing). On the team's H200 it read 4.18-4.38 TB/s.
+- Timing: CUDA-graph replay (``time_graph``), as vLLM runs decode batches. A decode MoE call
+  touches a few experts; replaying the same routing would find their weights in the 50 MB
+  L2 from the previous replay, so ``time_graph`` captures ``n`` calls in one graph, each with
+  its own routing (``routings``), and reports the time of one call: graph time / n. Median,
+  min and max over ``reps`` timed replays, in microseconds.
+- Roofline: bytes that must move / time / read bandwidth (``roofline_pct``); for a MoE layer
+  the bytes are the weights of the distinct experts each routing touches plus the
+  activations in and out (``moe_bytes``).
+- Results: one JSON file per tree and benchmark, ``{"header": header(...), "rows": [...]}``;
+  rows are flat dicts (``Row``), so ``benchmarks/report.py`` and the PR bodies read every
+  benchmark the same way: ``variant`` and ``us`` (median) are the columns ratios are taken
+  from, between variants of the same tree or the same variant of two trees of one session.
+
+Runs on a CUDA host (the H200 recipe); the import needs torch only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# name: (experts E, top-k, hidden H, intermediate I); Qwen3-30B-A3B, a DeepSeek-V3 expert
+# slice under tensor parallelism 8 (intermediate 2048 / 8), Mixtral-8x7B (public configs).
+MOE_SHAPES: dict[str, tuple[int, int, int, int]] = {
+    "qwen3-30b-a3b": (128, 8, 2048, 768),
+    "dsv3-tp8": (256, 8, 7168, 256),
+    "mixtral-8x7b": (8, 2, 4096, 14336),
+}
+DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+ROUTINGS = 8  # routings cycled inside one graph; 8 x top-8 of 128 experts covers most
+
+
+def read_bandwidth(gib: int = 2) -> float:
+    """HBM read bandwidth in bytes/s: a torch sum over ``gib`` GiB (median of do_bench)."""
+    import triton
+
+    x = torch.empty(gib * 1024**3, dtype=torch.uint8, device="cuda").view(torch.float32)
+    x.normal_()
+    ms = triton.testing.do_bench(x.sum, warmup=50, rep=300, return_mode="median")
+    bw = x.numel() * 4 / (ms * 1e-3)
+    del x
+    torch.cuda.empty_cache()
+    return bw
+
+
+@dataclasses.dataclass
+class Timing:
+    """One call's time in microseconds over ``reps`` graph replays: median, min, max."""
+
+    us: float
+    us_min: float
+    us_max: float
+    reps: int
+
+
+def time_graph(calls: Sequence[Callable[[], Any]], reps: int = 30, warmup: int = 3) -> Timing:
+    """Time one call under CUDA-graph replay, cycling ``calls`` inside the graph.
+
+    ``calls`` are the same operation on different inputs (e.g. different routings); each
+    runs once eagerly first (JIT compiles, caches), then all are captured in order into one
+    graph. Each replay is timed with CUDA events; per-call time = replay time / len(calls).
+    """
+    for fn in calls:
+        fn()
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        for fn in calls:  # warm the allocator on the capture stream
+            fn()
+        stream.synchronize()
+        with torch.cuda.graph(graph, stream=stream):
+            for fn in calls:
+                fn()
+    torch.cuda.synchronize()
+    for _ in range(warmup):
+        graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / len(calls))
+    del graph
+    times.sort()
+    return Timing(us=times[len(times) // 2], us_min=times[0], us_max=times[-1], reps=reps)
+
+
+def routings(
+    m: int, e: int, topk: int, n: int = ROUTINGS, seed: int = 0
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``n`` routings (topk_weights fp32 [m, topk], topk_ids int32 [m, topk]) from random
+    logits: distinct experts per token, as vLLM's router returns them."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    out = []
+    for _ in range(n):
+        logits = torch.randn(m, e, device="cuda", generator=g)
+        w, ids = torch.topk(torch.softmax(logits, dim=-1), topk)
+        out.append((w.contiguous(), ids.to(torch.int32).contiguous()))
+    return out
+
+
+def moe_bytes(
+    ids: torch.Tensor, hidden: int, inter: int, weight_bytes: float = 1, act_bytes: int = 2
+) -> int:
+    """Bytes one MoE call must move: the w13 [2I, H] and w2 [H, I] weights of each distinct
+    expert in ``ids`` once, plus the activations in and out ([M, H] each)."""
+    distinct = int(torch.unique(ids).numel())
+    m = ids.size(0)
+    return int(distinct * 3 * inter * hidden * weight_bytes + 2 * m * hidden * act_bytes)
+
+
+def roofline_pct(nbytes: float, us: float, bandwidth: float) -> float:
+    """Achieved bandwidth as % of the measured read bandwidth (bytes/s)."""
+    return 100.0 * nbytes / (us * 1e-6) / bandwidth
+
+
+@dataclasses.dataclass
+class Row:
+    """One result row. ``variant`` names what was timed (a tree, a backend, a path); ``us`` is
+    the median time of one call in microseconds, ``us_min``/``us_max`` its range over the
+    replays; ``roofline_pct`` is computed from ``bytes`` and the header's bandwidth; ``extra``
+    holds benchmark-specific columns (flattened into the row on output)."""
+
+    bench: str
+    shape: str
+    dtype: str
+    m: int
+    variant: str
+    us: float
+    us_min: float
+    us_max: float
+    bytes: int = 0
+    roofline_pct: float | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        extra = d.pop("extra")
+        d.update(extra)
+        return d
+
+
+def _tree_info() -> dict[str, Any]:
+    """The vLLM tree under test: VSERIES_TREE.json beside it (benchmarks/e2e/trees.py) or its
+    git head."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin is None:
+        return {}
+    root = Path(spec.origin).resolve().parent.parent
+    info_file = root / "VSERIES_TREE.json"
+    if info_file.exists():
+        return json.loads(info_file.read_text())
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        head = ""
+    return {"path": str(root), "head": head}
+
+
+def gpu_clocks() -> str:
+    """nvidia-smi's SM/memory clocks, temperature and power, or "" when it is missing."""
+    try:
+        return subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw",
+                "--format=csv,noheader",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def header(bench: str, variant: str, bandwidth: float | None, **extra: Any) -> dict[str, Any]:
+    """The result file's header: what ran, where, when, with which command."""
+    import triton
+
+    return {
+        "bench": bench,
+        "variant": variant,
+        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "",
+        "clocks": gpu_clocks(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "tree": _tree_info(),
+        "read_bandwidth_Bps": bandwidth,
+        **extra,
+    }
+
+
+def write(path: str | Path, head: dict[str, Any], rows: Sequence[Row]) -> None:
+    """Write ``{"header": ..., "rows": [...]}`` atomically (a partial run stays readable)."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps({"header": head, "rows": [r.as_dict() for r in rows]}, indent=1))
+    tmp.replace(path)
+
+
+def load(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Read a result file: (header, rows)."""
+    data = json.loads(Path(path).read_text())
+    return data["header"], data["rows"]
