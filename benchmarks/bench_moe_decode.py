@@ -10,9 +10,9 @@ it runs in (``--variant`` names it). Variants per row:
   two-kernel decode path for up to 16 tokens, ``fused_moe_decode.py``);
 - ``decode_off`` (trees with the decode path): the same tree with
   ``VLLM_TRITON_MOE_DECODE=0``, i.e. the series without the decode patch;
-- ``cfg:<name>`` (M <= 16): the decode kernels with other tiles / split-K, to check the
+- ``cfg:<name>`` (M in 1, 4, 16): the decode kernels with other tiles / split-K, to check the
   heuristic ``get_decode_config`` against its neighbours;
-- ``prequant`` (dynamic scales, M <= 16): vLLM's own quantisation kernel, then the decode
+- ``prequant`` (dynamic scales, M in 1, 4, 16): vLLM's own quantisation kernel, then the decode
   kernels on FP8 input, against the in-kernel dynamic scale (how far reading every token in
   every program pays).
 
@@ -44,7 +44,7 @@ import harness  # noqa: E402
 
 FP8 = torch.float8_e4m3fn
 SCALES = ("static", "dynamic")
-SWEEP_MAX_M = 16
+SWEEP_BATCHES = (1, 4, 16)  # cfg:/prequant variants only here (device time)
 
 
 def make_layer(e: int, h: int, i: int, seed: int):
@@ -248,7 +248,7 @@ def measure(case: Case, no_sweep: bool, bw: float, num_sms: int, kernels: dict) 
         kernels[f"{key}/decode_off"] = kernels_per_call(case.fused(0))
     add("decode_off", [case.fused(k) for k in range(n)])
     env_decode(True)
-    if no_sweep or case.m > SWEEP_MAX_M:
+    if no_sweep or case.m not in SWEEP_BATCHES:
         return rows
     base_cfg = fd.get_decode_config(case.m, case.topk, case.h, case.i, num_sms)
     for name, cfg in sweep_configs(base_cfg).items():

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Host side of an H200 session, MoE kernel phase (after the staged parts are in /root/stage):
+#   1. benchmarks/bench_moe_decode.py on base and patched (whole FP8 MoE layer, graph replay,
+#      routings cycled, % of the read roofline; the patched tree also with the decode path off)
+#   2. vLLM's tests of patches 4 and 5 on the patched tree (their GPU parts)
+#   3. the GPU parts of the contracts of patches 4 and 5, patched then base
+#   4. benchmarks/moe_compile_audit.py on both trees (compiles after start-up over a sweep)
+# Each step has its own timeout; the whole phase ends within KERNELS_BUDGET seconds (default
+# 560, under the host's 10-minute limit a call). Results and logs in $OUT (one tarball).
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+R=$OUT/r && mkdir -p "$R"
+SITE=/root/site
+deadline=$((SECONDS + ${KERNELS_BUDGET:-560}))
+exec > >(tee "$OUT/log-kernels.txt") 2>&1
+[ -d /root/vllm-patched ] || bash /root/stage/p1/assemble.sh
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+ws=$PWD
+left() { echo $((deadline - SECONDS)); }
+# run_in TREE LIMIT CMD...: CMD inside /root/vllm-TREE with its PYTHONPATH, at most LIMIT
+# seconds and never past the deadline
+# (run_ws: the same from the workspace root, for the contract tests)
+run_at() {
+  local dir=$1 tree=$2 limit=$3
+  shift 3
+  local t
+  t=$(left)
+  [ "$t" -lt "$limit" ] && limit=$t
+  if [ "$limit" -le 5 ]; then
+    echo "!!! skipped (budget): $*"
+    return 1
+  fi
+  echo "=== [$tree, ${limit}s] $*"
+  (cd "$dir" && PYTHONPATH="$SITE:/root/vllm-$tree:$ws" timeout "$limit" "$@") ||
+    echo "!!! failed or timed out ($tree): $*"
+}
+run_in() { run_at "/root/vllm-$1" "$@"; }
+run_ws() { run_at "$ws" "$@"; }
+for t in base patched; do
+  run_in "$t" "${BENCH_TIMEOUT:-170}" python3 "$ws/benchmarks/bench_moe_decode.py" \
+    --variant "$t" --out "$R/bench_moe_decode-$t.json"
+done
+run_in patched 150 python3 -m pytest -q -p no:cacheprovider -x \
+  tests/kernels/moe/test_fused_moe_fp8_decode.py tests/kernels/moe/test_fused_moe_warmup.py \
+  --junitxml "$R/vllm-tests-patched.xml"
+for t in patched base; do
+  run_ws "$t" 60 python3 -P -m pytest -q -p no:cacheprovider -m contract -rA \
+    tests/contract/test_moe_decode.py tests/contract/test_moe_warmup.py -k cuda \
+    --junitxml "$R/contract-gpu-$t.xml"
+done
+for t in patched base; do
+  run_in "$t" 60 python3 "$ws/benchmarks/moe_compile_audit.py" --variant "$t" \
+    --out "$R/moe_compile_audit-$t.json"
+done
+tar czf "$OUT/kernels.tar.gz" -C "$R" .
+echo "kernels phase done in ${SECONDS}s"
