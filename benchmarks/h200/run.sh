@@ -9,9 +9,11 @@
 #          host while it stays warm) and $OUT
 #   fi     link the reduced FlashInfer FP8 MoE module from the staged part pf
 #          (benchmarks/h200/flashinfer_fp8_link.sh) and check that FlashInfer loads it
+#   e2e    end-to-end serving, trees compared (benchmarks/e2e/host.sh: MODEL, TREES, QUICK,
+#          PROCESSES, BUDGET, RESUME, ...; see benchmarks/e2e/README.md)
 # Results go to $OUT (at most 8 files come back): a log per phase and one tarball.
 set -uo pipefail
-phase=${1:?usage: run.sh tests|bench|tune|fi}
+phase=${1:?usage: run.sh tests|bench|tune|fi|e2e}
 OUT=${OUT:-/tmp/out}
 R=$OUT/r && mkdir -p "$R"
 SITE=/root/site
@@ -63,6 +65,9 @@ case $phase in
     (cd "$(tree patched)" && PYTHONPATH=$(pp patched) timeout 240 python3 \
       "$OLDPWD/benchmarks/bench_fp8_oracle.py" --variants flashinfer_cutlass --shapes qwen3-30b-a3b \
       --batches 1 64 --variant patched --out "$R/fi-smoke.json") || echo "!!! FlashInfer smoke test failed"
+    ;;
+  e2e)
+    bash benchmarks/e2e/host.sh "$R/e2e"
     ;;
 esac
 tar czf "$OUT/$phase.tar.gz" -C "$R" .

@@ -1,0 +1,183 @@
+"""The intermediate trees of the series, as checkouts to stage: the pin plus the first k patches.
+
+    python benchmarks/e2e/trees.py base series [p1 p1_2 ...] [--print-stage]
+
+Names: ``base`` (the pin, k=0), ``p1`` (pin + patch 1), ``p1_K`` (patches 1..K; ``p1-K`` is
+accepted too), ``series`` (every patch in patches/series). Each becomes
+``.vseries/trees/<name>``: a detached ``git worktree`` of vllm/ at the pinned commit (its
+full id, which resolves through ``git replace`` on the offline route), then ``git am -3 -k``
+of the first k patch files, with the fixed committer of ``scripts/apply.sh`` (so ``series``
+gets the same commit ids as vllm/'s branch ``series``). ``VSERIES_TREE.json`` (name, patches,
+their sha256, head commit, pin) is written at the tree's top and in its ``vllm/`` package,
+since the recipe's ``stage.py`` ships only ``vllm/``, ``tests/``, ``pyproject.toml`` and
+``setup.py``: on the H200 the runner reads ``/root/vllm-<name>/vllm/VSERIES_TREE.json``.
+
+Idempotent: a tree whose recorded pin, patch files and head match and that has no tracked
+change is left alone; any other is reset to the pin and rebuilt. Names are Python
+identifiers because ``stage.py`` requires them (``--src <name>=<dir>``).
+"""
+
+import argparse
+import hashlib
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from vseries import git, paths, series
+from vseries import pin as pinmod
+from vseries.apply import AM_ENV
+from vseries.errors import SeriesError
+
+TREE_JSON = "VSERIES_TREE.json"
+
+
+def patch_count(name: str, n_series: int) -> int:
+    """How many patches of the series the tree ``name`` carries.
+
+    Raises:
+        ValueError: an unknown name or one asking for more patches than the series has.
+    """
+    if name == "base":
+        return 0
+    if name == "series":
+        return n_series
+    m = re.fullmatch(r"p1(?:[_-](\d+))?", name)
+    if not m:
+        raise ValueError(f"tree name {name!r}: use base, series, p1 or p1_K (patches 1..K)")
+    k = int(m.group(1) or 1)
+    if not 1 <= k <= n_series:
+        raise ValueError(f"tree {name!r}: the series has {n_series} patches")
+    return k
+
+
+def canonical(name: str) -> str:
+    """``p1-2`` -> ``p1_2`` (stage.py wants identifiers); ``p1_1`` -> ``p1``."""
+    name = name.replace("-", "_")
+    return "p1" if name == "p1_1" else name
+
+
+def _sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def _current(dest: Path, want: dict) -> bool:
+    """True when dest is a checkout built for ``want`` and still at its recorded head."""
+    meta_file = dest / TREE_JSON
+    if not git.is_repo(dest) or not meta_file.exists():
+        return False
+    try:
+        meta = json.loads(meta_file.read_text())
+    except ValueError:
+        return False
+    same = all(meta.get(k) == v for k, v in want.items())
+    clean = not git.run(dest, "status", "--porcelain", "--untracked-files=no")
+    return (
+        same
+        and clean
+        and git.in_progress(dest) is None
+        and git.rev(dest, "HEAD") == meta.get("head")
+    )
+
+
+def build(name: str, root: Path | None = None) -> Path:
+    """Make (or check) ``<root>/<name>``, default root ``.vseries/trees``; returns the tree.
+
+    Raises:
+        ValueError: a bad tree name.
+        SeriesError: a patch does not apply (the am session is aborted first).
+    """
+    name = canonical(name)
+    pin = pinmod.load()
+    _, entries = series.read()
+    k = patch_count(name, len(entries))
+    chosen = entries[:k]
+    vdir = paths.vllm_dir()
+    dest = (root or paths.state_dir() / "trees") / name
+    want = {
+        "name": name,
+        "pin": pin.commit,
+        "tag": pin.tag,
+        "patches": [e.name for e in chosen],
+        "patch_sha256": [_sha(e.path) for e in chosen],
+    }
+    if _current(dest, want):
+        return dest
+    if not git.is_repo(dest):
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        git.run(vdir, "worktree", "prune")
+        git.run(vdir, "worktree", "add", "-q", "--detach", str(dest), pin.commit)
+    else:
+        if git.in_progress(dest):
+            git.run(dest, "am", "--abort", check=False)
+        git.run(dest, "checkout", "-q", "-f", "--detach", pin.commit)
+        git.run(dest, "clean", "-q", "-fd")
+    if chosen:
+        out = git.run(
+            dest,
+            "am",
+            "-3",
+            "-k",
+            "--committer-date-is-author-date",
+            *[str(e.path) for e in chosen],
+            check=False,
+            env=AM_ENV,
+        )
+        if git.in_progress(dest):
+            git.run(dest, "am", "--abort", check=False)
+            raise SeriesError(f"tree {name}: the series does not apply on the pin:\n{out}")
+    meta = {**want, "head": git.rev(dest, "HEAD")}
+    text = json.dumps(meta, indent=2) + "\n"
+    (dest / TREE_JSON).write_text(text)
+    if (dest / "vllm").is_dir():  # the package folder, which stage.py ships
+        (dest / "vllm" / TREE_JSON).write_text(text)
+    return dest
+
+
+def stage_command(trees: dict[str, Path], recipe: str = "../shared/gpu") -> str:
+    """The recipe's stage.py line for these trees (run from the workspace root)."""
+    root = paths.root()
+    srcs = " ".join(
+        f"--src {n}={p.relative_to(root) if p.is_relative_to(root) else p}"
+        for n, p in trees.items()
+    )
+    wheel = (
+        "\"$(python -c 'from vseries import fetch, pin; p = pin.load(); "
+        "print(fetch.fetch(p.package, p.wheel))')\""
+    )
+    return (
+        f"python3 {recipe}/stage.py --attention {srcs} --wheel {wheel} "
+        "--wheels .gpu/wheels --out .gpu/stage"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("names", nargs="+", help="base, p1, p1_2, ..., series")
+    ap.add_argument("--root", type=Path, default=None, help="where the trees go (.vseries/trees)")
+    ap.add_argument("--print-stage", action="store_true", help="print the stage.py command")
+    a = ap.parse_args(argv)
+    built = {}
+    try:
+        for n in a.names:
+            d = build(n, a.root)
+            meta = json.loads((d / TREE_JSON).read_text())
+            print(
+                f"{meta['name']}: {d} head {meta['head'][:12]} patches {len(meta['patches'])}",
+                flush=True,
+            )
+            built[meta["name"]] = d
+    except (ValueError, SeriesError) as e:
+        print(f"trees: {e}", file=sys.stderr)
+        return 1
+    if a.print_stage:
+        print(stage_command(built))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
