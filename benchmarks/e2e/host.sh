@@ -83,10 +83,10 @@ for f in ${RESUME:-}; do args+=(--resume "$f"); done
 read -ra extra <<<"${EXTRA:-}"
 budget=${BUDGET:-$((${LIMIT:-570} - (SECONDS - t0) - 45))}
 echo "=== e2e: $MODEL $FLAVOUR ${LAYERS:-full depth}, trees ${trees[*]}, budget ${budget} s"
-timeout $((budget + 40)) "$PY" benchmarks/e2e/serve.py "${args[@]}" --budget-s "$budget" "${extra[@]}" \
+timeout $((budget + 30)) "$PY" benchmarks/e2e/serve.py "${args[@]}" --budget-s "$budget" "${extra[@]}" \
   || echo "!!! serve.py exited $?"
 cp "$E2E/results.jsonl" "$R/results.jsonl" 2>/dev/null || true
 if [ -s "$R/results.jsonl" ]; then
-  timeout 60 "$PY" benchmarks/e2e/report.py "$R/results.jsonl" --ref "${trees[0]}" --out "$R/e2e.md" \
+  timeout 20 "$PY" benchmarks/e2e/report.py "$R/results.jsonl" --ref "${trees[0]}" --out "$R/e2e.md" \
     || echo "!!! report failed"
 fi

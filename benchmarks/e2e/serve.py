@@ -31,6 +31,7 @@ import random
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -717,7 +718,11 @@ class ProcessRun:
             inst = f"{ctx.session}-{tree}-p{self.p}"
             work = ctx.a.work / ctx.model / inst
             install_hook(work)
-            port = ctx.a.port_base + i
+            port = servers.free_port(
+                ctx.a.port_base + i, taken={x.port for x in self.servers.values()}
+            )
+            if port != ctx.a.port_base + i:
+                log(f"p{self.p} {tree}: port {ctx.a.port_base + i} is busy, using {port}")
             env = ctx.server_env(tree, tree_dir, ctx.server_gpus(i), work / "compiles", work)
             s = servers.Server(tree, port, ctx.server_cmd(port), env, work)
             s.start()
@@ -1170,6 +1175,14 @@ def _envline(env: dict) -> str:
     return " ".join(f"{k}={shlex.quote(env[k])}" for k in [*keys, *extra] if k in env)
 
 
+class Terminated(BaseException):
+    """SIGTERM (e.g. from ``timeout``): unwinds so that every ``finally`` stops its servers."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
 def main(argv=None) -> int:
     a = parse_args(argv)
     ctx = Ctx(a)
@@ -1184,6 +1197,8 @@ def main(argv=None) -> int:
         return dry_run(ctx)
     budget = Budget(a.budget_s)
     a.out.mkdir(parents=True, exist_ok=True)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
     for n, m in ctx.meta.items():
         if m.get("missing"):
             log(f"warning: tree {n}: {m['missing']} (its git head is not recorded)")
@@ -1212,6 +1227,9 @@ def main(argv=None) -> int:
         if a.offline_throughput:
             return offline_session(ctx, budget)
         return serve_session(ctx, budget)
+    except Terminated:
+        log("terminated: servers stopped, results kept")
+        return 3
     finally:
         log(f"results: {a.results} ({budget.left() + RESERVE_S:.0f} s of the budget left)")
 

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -167,6 +168,23 @@ def server_env(
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     env.update(extra or {})
     return env
+
+
+def free_port(preferred: int, taken: set[int] = frozenset()) -> int:
+    """``preferred`` when nothing listens there (a server left over from a killed call would),
+    else a free port from the OS."""
+    for port in (preferred, 0):
+        if port in taken:
+            continue
+        with socket.socket() as sock:
+            # as uvicorn binds: a port in TIME_WAIT after the last process is free
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return sock.getsockname()[1]
+    raise OSError("no free port")
 
 
 def health(port: int, timeout: float = 2.0) -> bool:

@@ -1506,3 +1506,67 @@ def test_host_script_dry_run(tmp_path):
     assert "qwen3-30b-a3b-fp8static-L2" in base_line and "--quantization fp8" in base_line
     assert (tmp_path / "r" / "models.txt").read_text().strip().endswith("-L2")
     assert len([x for x in out.splitlines() if x.startswith("[run ")]) == 24
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_servers(tmp_path, model_dir):
+    """`timeout` sends SIGTERM to serve.py only; the servers live in their own sessions, so
+    serve.py must stop them itself (a warm host would otherwise keep them, their ports and
+    their GPU memory). Also: a busy preferred port is replaced by a free one."""
+    pytest.importorskip("aiohttp")
+    py = standin_python(tmp_path)
+    fake_tree(tmp_path / "vllm-base", "base", [])
+    out = tmp_path / "out"
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    argv = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "e2e" / "serve.py"),
+        "--model",
+        str(model_dir),
+        "--trees",
+        "base",
+        "--tree-root",
+        str(tmp_path),
+        "--site",
+        "",
+        "--python",
+        str(py),
+        "--out",
+        str(out),
+        "--cells",
+        "decode:1",
+        "--reps",
+        "1",
+        "--processes",
+        "1",
+        "--probe-lengths",
+        "3",
+        "--bench-subprocess",
+        "--port-base",
+        str(port),
+        "--budget-s",
+        "300",
+        "--startup-estimate-s",
+        "5",
+    ]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        recs = results.load([out / "results.jsonl"])
+        if any(r["kind"] == "probe" for r in recs):
+            break
+        time.sleep(0.2)
+    start = next(r for r in recs if r["kind"] == "startup")
+    assert start["ok"] and f"--port {port} " not in " ".join(start["server_cmd"]) + " "
+    p.send_signal(15)
+    text = p.communicate(timeout=60)[0]
+    assert p.returncode == 3, text
+    assert "terminated: servers stopped" in text
+    pid = int(re.search(r"server pid (\d+)", text)[1])
+    assert not servers.group_alive(pid) and _gone(pid)
+    recs = results.load([out / "results.jsonl"])
+    assert [r["kind"] for r in recs if r["kind"] == "compiles"] == ["compiles"]
+    busy.close()
