@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # Host side of an H200 session, MoE kernel phase (after the staged parts are in /root/stage):
-#   1. benchmarks/bench_moe_decode.py on base and patched (whole FP8 MoE layer, graph replay,
-#      routings cycled, % of the read roofline; the patched tree also with the decode path off)
-#   2. vLLM's tests of patches 4 and 5 on the patched tree (their GPU parts)
-#   3. the GPU parts of the contracts of patches 4 and 5, patched then base
+#   1. benchmarks/bench_moe_decode.py on both trees (whole FP8 MoE layer, graph replay,
+#      routings cycled, % of the read roofline; the series tree also with the decode path off)
+#   2. vLLM's tests of patches 4 and 5 on the series tree (their GPU parts)
+#   3. the GPU parts of the contracts of patches 4 and 5, series then base
 #   4. benchmarks/moe_compile_audit.py on both trees (compiles after start-up over a sweep)
-# Each step has its own timeout; the whole phase ends within KERNELS_BUDGET seconds (default
+# Trees: KTREES (default "base series"; the first is the reference, the second carries the
+# series). Each step has its own timeout; the whole phase ends within KERNELS_BUDGET seconds (default
 # 560, under the host's 10-minute limit a call). Results and logs in $OUT (one tarball).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 R=$OUT/r && mkdir -p "$R"
 SITE=/root/site
 deadline=$((SECONDS + ${KERNELS_BUDGET:-560}))
+KTREES=${KTREES:-base series}
 exec > >(tee "$OUT/log-kernels.txt") 2>&1
-[ -d /root/vllm-patched ] || bash /root/stage/p1/assemble.sh
+[ -d "/root/vllm-${KTREES##* }" ] || bash /root/stage/p1/assemble.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 ws=$PWD
+read -r ref tip <<<"$KTREES"
 left() { echo $((deadline - SECONDS)); }
 # run_in TREE LIMIT CMD...: CMD inside /root/vllm-TREE with its PYTHONPATH, at most LIMIT
 # seconds and never past the deadline
@@ -36,19 +39,19 @@ run_at() {
 }
 run_in() { run_at "/root/vllm-$1" "$@"; }
 run_ws() { run_at "$ws" "$@"; }
-for t in base patched; do
+for t in "$ref" "$tip"; do
   run_in "$t" "${BENCH_TIMEOUT:-170}" python3 "$ws/benchmarks/bench_moe_decode.py" \
     --variant "$t" --out "$R/bench_moe_decode-$t.json"
 done
-run_in patched 150 python3 -m pytest -q -p no:cacheprovider -x \
+run_in "$tip" 150 python3 -m pytest -q -p no:cacheprovider -x \
   tests/kernels/moe/test_fused_moe_fp8_decode.py tests/kernels/moe/test_fused_moe_warmup.py \
-  --junitxml "$R/vllm-tests-patched.xml"
-for t in patched base; do
+  --junitxml "$R/vllm-tests-$tip.xml"
+for t in "$tip" "$ref"; do
   run_ws "$t" 60 python3 -P -m pytest -q -p no:cacheprovider -m contract -rA \
     tests/contract/test_moe_decode.py tests/contract/test_moe_warmup.py -k cuda \
     --junitxml "$R/contract-gpu-$t.xml"
 done
-for t in patched base; do
+for t in "$tip" "$ref"; do
   run_in "$t" 60 python3 "$ws/benchmarks/moe_compile_audit.py" --variant "$t" \
     --out "$R/moe_compile_audit-$t.json"
 done
