@@ -52,6 +52,9 @@ def make_layer(e: int, topk: int, h: int, i: int):
     )
     from vllm.model_executor.layers.fused_moe.experts.triton_moe import TritonExperts
     from vllm.model_executor.layers.fused_moe.modular_kernel import FusedMoEKernel
+    from vllm.v1.worker.workspace import init_workspace_manager
+
+    init_workspace_manager(torch.device("cuda"))  # as the worker does at start-up
 
     moe_config = FusedMoEConfig(
         num_experts=e,

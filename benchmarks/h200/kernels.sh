@@ -19,6 +19,7 @@ exec > >(tee "$OUT/log-kernels.txt") 2>&1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 ws=$PWD
 read -r ref tip <<<"$KTREES"
+read -ra bench_args <<<"${BENCH_ARGS:-}"
 left() { echo $((deadline - SECONDS)); }
 # run_in TREE LIMIT CMD...: CMD inside /root/vllm-TREE with its PYTHONPATH, at most LIMIT
 # seconds and never past the deadline
@@ -41,9 +42,9 @@ run_in() { run_at "/root/vllm-$1" "$@"; }
 run_ws() { run_at "$ws" "$@"; }
 for t in "$ref" "$tip"; do
   run_in "$t" "${BENCH_TIMEOUT:-170}" python3 "$ws/benchmarks/bench_moe_decode.py" \
-    --variant "$t" --out "$R/bench_moe_decode-$t.json"
+    --variant "$t" --out "$R/bench_moe_decode-$t.json" "${bench_args[@]}"
 done
-run_in "$tip" 150 python3 -m pytest -q -p no:cacheprovider -x \
+run_in "$tip" 150 python3 -m pytest -q -p no:cacheprovider \
   tests/kernels/moe/test_fused_moe_fp8_decode.py tests/kernels/moe/test_fused_moe_warmup.py \
   --junitxml "$R/vllm-tests-$tip.xml"
 for t in "$tip" "$ref"; do

@@ -159,8 +159,10 @@ def test_no_compile_after_warmup_cuda():
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm.model_executor.layers.fused_moe.all2all_utils import maybe_make_prepare_finalize
     from vllm.model_executor.layers.fused_moe.modular_kernel import FusedMoEKernel
+    from vllm.v1.worker.workspace import init_workspace_manager
 
     warmup = _warmup_module()
+    init_workspace_manager(torch.device("cuda"))  # as the worker does at start-up
     layer, experts, qc = _qwen3_layer("cuda")
     layer.w13_weight.copy_(torch.randn(layer.w13_weight.shape, device="cuda") / 16)
     layer.w2_weight.copy_(torch.randn(layer.w2_weight.shape, device="cuda") / 16)
