@@ -171,10 +171,13 @@ def _tree_info() -> dict[str, Any]:
     spec = importlib.util.find_spec("vllm")
     if spec is None or spec.origin is None:
         return {}
-    root = Path(spec.origin).resolve().parent.parent
-    info_file = root / "VSERIES_TREE.json"
-    if info_file.exists():
-        return json.loads(info_file.read_text())
+    package = Path(spec.origin).resolve().parent
+    root = package.parent
+    # benchmarks/e2e/trees.py writes it beside vllm/ and, since the H200 staging ships only
+    # vllm/ and tests/, inside vllm/ too
+    for info_file in (root / "VSERIES_TREE.json", package / "VSERIES_TREE.json"):
+        if info_file.exists():
+            return json.loads(info_file.read_text())
     try:
         head = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"],

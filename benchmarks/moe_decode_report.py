@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Table and plot of ``bench_moe_decode.py`` results: whole FP8 MoE layer, % of the roofline.
+
+    python benchmarks/moe_decode_report.py BASE.json SERIES.json --out benchmarks/results/moe_decode
+
+Reads the two result files of one session (``benchmarks/harness.py`` schema: a header with the
+measured read bandwidth and rows with ``shape``, ``dtype``, ``m``, ``variant``, ``us``,
+``us_min``, ``us_max``, ``roofline_pct``) and writes ``OUT.md`` (per shape and activation-scale
+kind: time and % of the read roofline for v0.21.0, the series without the decode patch
+(``decode_off``) and the series, with both ratios) and ``OUT.png`` (% of the roofline against
+tokens). ``--sweep FILE`` adds the cfg:/prequant variants of an earlier run of the series tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
+
+def index(rows: list[dict]) -> dict:
+    out: dict = defaultdict(dict)
+    for r in rows:
+        out[(r["shape"], r["dtype"].removeprefix("fp8_per_tensor_"), r["m"])][r["variant"]] = r
+    return out
+
+
+def fmt(r: dict) -> str:
+    return f"{r['us']:.1f} ({r['us_min']:.1f}-{r['us_max']:.1f}), {r['roofline_pct']:.0f}%"
+
+
+def table(base: dict, series: dict) -> list[str]:
+    lines = [
+        "| shape | act. scale | M | v0.21.0 us (range), % roofline | series without 0005 "
+        "| series | series / v0.21.0 | series / without 0005 | max rel. err vs fp32 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key in sorted(series, key=lambda k: (k[0], k[1], k[2])):
+        b, s = base[key]["default"], series[key]
+        d, o = s["default"], s["decode_off"]
+        err = d.get("rel_err_vs_fp32")
+        lines.append(
+            f"| {key[0]} | {key[1]} | {key[2]} | {fmt(b)} | {fmt(o)} | {fmt(d)} | "
+            f"{b['us'] / d['us']:.3f}x | {o['us'] / d['us']:.3f}x | "
+            f"{'' if err is None else f'{err:.3f}'} |"
+        )
+    return lines
+
+
+def sweep_table(sweep: dict) -> list[str]:
+    names = sorted({v for variants in sweep.values() for v in variants if ":" in v} | {"prequant"})
+    lines = [
+        "| shape | act. scale | M | default | " + " | ".join(names) + " |",
+        "|---|---|---|---|" + "---|" * len(names),
+    ]
+    for key in sorted(sweep):
+        variants = sweep[key]
+        if not any(":" in v for v in variants):
+            continue
+        cells = [f"{variants[n]['us']:.1f}" if n in variants else "" for n in names]
+        lines.append(
+            f"| {key[0]} | {key[1]} | {key[2]} | {variants['default']['us']:.1f} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    return lines
+
+
+def plot(base: dict, series: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shapes = sorted({k[0] for k in series})
+    scales = ["static", "dynamic"]
+    fig, axes = plt.subplots(len(scales), len(shapes), figsize=(4.2 * len(shapes), 7), sharey=True)
+    for i, scale in enumerate(scales):
+        for j, shape in enumerate(shapes):
+            ax = axes[i][j]
+            ms = sorted(k[2] for k in series if k[0] == shape and k[1] == scale)
+            for label, get, style in (
+                ("v0.21.0", lambda k: base[k]["default"], "o--"),
+                ("series without 0005", lambda k: series[k]["decode_off"], "s:"),
+                ("series", lambda k: series[k]["default"], "^-"),
+            ):
+                rows = [get((shape, scale, m)) for m in ms]
+                ax.plot(ms, [r["roofline_pct"] for r in rows], style, label=label)
+            ax.axhline(55, color="grey", lw=0.6)
+            ax.axhline(80, color="grey", lw=0.6)
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{shape}, {scale} act. scale", fontsize=9)
+            ax.set_xlabel("tokens")
+            if j == 0:
+                ax.set_ylabel("% of HBM read roofline")
+            ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle("Whole FP8 MoE layer (fused_experts), H200, graph replay, 8 routings cycled")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("base")
+    ap.add_argument("series")
+    ap.add_argument("--sweep", help="an earlier series result with cfg:/prequant variants")
+    ap.add_argument("--out", required=True, help="output path without suffix")
+    args = ap.parse_args()
+    bh, brows = harness.load(args.base)
+    sh, srows = harness.load(args.series)
+    base, series = index(brows), index(srows)
+    out = Path(args.out)
+    lines = [
+        "# FP8 MoE decode: the whole layer against the HBM read roofline (patch 0005)",
+        "",
+        f"Made by `python benchmarks/moe_decode_report.py {' '.join(sys.argv[1:])}`.",
+        "",
+        f"- base: `{bh['command']}` ({bh['time']}, {bh['gpu']}, clocks {bh['clocks']})",
+        f"- series: `{sh['command']}` ({sh['time']}, tree {sh['tree'].get('head', '')[:12]})",
+        f"- read bandwidth measured in the same runs: {bh['read_bandwidth_Bps'] / 1e12:.2f} and "
+        f"{sh['read_bandwidth_Bps'] / 1e12:.2f} TB/s",
+        f"- kernels per call at one token (profiled graph replay): base "
+        f"{bh.get('kernels_per_call_m1')}, series {sh.get('kernels_per_call_m1')}",
+        "",
+        *table(base, series),
+        "",
+        f"![% of roofline against tokens]({out.name}.png)",
+    ]
+    if args.sweep:
+        _, sweep_rows = harness.load(args.sweep)
+        lines += [
+            "",
+            f"## Tiles, split-K, stages and the dynamic scale (`{args.sweep}`)",
+            "",
+            "Time in us of the decode kernels with the heuristic's config and its neighbours, "
+            "and of `prequant` (vLLM's dynamic quantisation kernel, then the decode kernels); "
+            "`default` there is the path as it stood in that run (decode path up to 16 tokens).",
+            "",
+            *sweep_table(index(sweep_rows)),
+        ]
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    plot(base, series, out.with_suffix(".png"))
+    print(f"wrote {out.with_suffix('.md')} and {out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
