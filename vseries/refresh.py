@@ -9,7 +9,7 @@ import filecmp
 import tempfile
 from pathlib import Path
 
-from vseries import git, paths, series
+from vseries import apply, git, paths, series
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
 
@@ -71,7 +71,15 @@ def refresh(prune: bool = False) -> dict[str, list[str]]:
             "scripts/apply.sh   # or scripts/rebase.sh for a new upstream",
         )
     fresh = not (paths.patches_dir() / "series").exists()
-    header, old = ([], []) if fresh else series.read()
+    kept = sorted(p.name for p in paths.patches_dir().glob("*.patch"))
+    if fresh and kept:  # a lost series: a new one would lose its order's options
+        raise SeriesError(
+            f"patches/series is missing, but patches/ holds {kept}",
+            "git checkout -- patches/series   # restore it",
+        )
+    # A series or patch file refresh cannot read is refused, not overwritten: it may be a
+    # hand edit gone wrong. A listed file that is missing is what refresh writes.
+    header, old = ([], []) if fresh else (series.read()[0], series.load(missing_ok=True))
     by_name = {e.name: e for e in old}
     by_id = {}
     for e in old:
@@ -85,15 +93,9 @@ def refresh(prune: bool = False) -> dict[str, list[str]]:
             for f in export(vdir, pin.commit, "HEAD", Path(tmp))
         ]
         matched = {prev.name for _, prev in exported if prev}
-        gone = [e.name for e in old if e.name not in matched and e.path.exists()]
+        gone = [e for e in old if e.name not in matched]
         if gone and not prune:
-            raise SeriesError(
-                f"vllm/ HEAD ({git.head_branch(vdir)}) has no commit for "
-                + ", ".join(gone)
-                + "; refresh would delete them from patches/",
-                "git -C vllm checkout series   # the branch that holds the series; or "
-                "scripts/refresh.sh --prune to drop them on purpose",
-            )
+            raise _would_drop(vdir, gone)
         for f, prev in exported:
             new_entries.append(series.Entry(f.name, dict(prev.options) if prev else {}))
             dest = paths.patches_dir() / f.name
@@ -123,6 +125,38 @@ def refresh(prune: bool = False) -> dict[str, list[str]]:
         for n in report[k]:
             print(f"  {k}: {n}")
     return report
+
+
+def _would_drop(vdir: Path, gone: list[series.Entry]) -> SeriesError:
+    """The refusal to drop series entries that vllm/ HEAD has no commit for, with the
+    command that fits: restore a missing file, apply a series that vllm/ is behind, or check
+    out the branch that holds it."""
+    missing = [e.name for e in gone if not e.path.exists()]
+    held = [e.name for e in gone if e.path.exists()]
+    branch = git.head_branch(vdir)
+    what = []
+    if held:
+        what.append(
+            f"vllm/ HEAD ({branch}) has no commit for {', '.join(held)}; refresh would "
+            "delete them from patches/"
+        )
+    if missing:
+        what.append(
+            f"patches/series names {', '.join(missing)}, which neither patches/ nor vllm/ "
+            "HEAD holds; refresh would drop their lines"
+        )
+    if missing:
+        fix = (
+            f"git checkout -- patches/{missing[0]}   # restore it; or remove its line from "
+            "patches/series"
+        )
+    elif branch == apply.BRANCH:
+        fix = "scripts/apply.sh   # put the series' patches into vllm/ first"
+    else:
+        fix = f"git -C vllm checkout {apply.BRANCH}   # the branch that holds the series"
+    return SeriesError(
+        "; ".join(what), fix + "; or scripts/refresh.sh --prune to drop them on purpose"
+    )
 
 
 def main(args) -> int:

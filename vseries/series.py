@@ -35,28 +35,55 @@ class Entry:
         return " ".join([self.name, *(f"{k}={v}" for k, v in self.options.items())])
 
 
+def rel(path: Path) -> str:
+    """path as the user knows it: relative to the workspace root when it lies inside."""
+    try:
+        return str(path.resolve().relative_to(paths.root()))
+    except ValueError:
+        return str(path)
+
+
+# A series entry is the name of a file in patches/: no folder, no control character.
+NAME = re.compile(r"[^/\\\x00-\x1f\x7f]+")
+
+
 def read(path: Path | None = None) -> tuple[list[str], list[Entry]]:
     """Parse a series file into (header comment lines, entries).
 
     Raises:
-        SeriesError: the file is missing, or a line has a malformed option.
+        SeriesError: the file is missing or not UTF-8 text, or a line names no plain file of
+            patches/ or has a malformed option.
     """
     path = path or paths.patches_dir() / "series"
-    if not path.exists():
-        raise SeriesError(f"{path} is missing", "git checkout -- patches/series")
+    where = rel(path)
+    if not path.is_file():
+        raise SeriesError(f"{where} is missing", f"git checkout -- {where}")
+    data = path.read_bytes()
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as e:
+        n = data.count(b"\n", 0, e.start) + 1
+        raise SeriesError(
+            f"{where}:{n}: not UTF-8 text (byte 0x{data[e.start]:02x}); the series is a list "
+            "of patch file names",
+            f"git checkout -- {where}   # the committed series; or fix line {n} by hand",
+        ) from None
     header, entries = [], []
-    for n, raw in enumerate(path.read_text().splitlines(), 1):
+    for n, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             if not entries:
                 header.append(raw)
             continue
         name, *opts = line.split()
+        fix = f"git checkout -- {where}   # the committed series; or fix line {n} by hand"
+        if not NAME.fullmatch(name) or name in (".", ".."):
+            raise SeriesError(f"{where}:{n}: {name!r} is not the name of a file in patches/", fix)
         options = {}
         for o in opts:
             k, sep, v = o.partition("=")
             if not sep or not k or not v:
-                raise SeriesError(f"{path}:{n}: option {o!r} is not key=value")
+                raise SeriesError(f"{where}:{n}: option {o!r} is not key=value", fix)
             options[k] = v
         entries.append(Entry(name, options))
     return header, entries
@@ -92,33 +119,47 @@ def check_patch(patch: Path) -> None:
         SeriesError: the file is missing, has no From/Subject header, or holds no diff that
             ``git apply`` can read.
     """
+    where = rel(patch)
     if not patch.is_file():
         raise SeriesError(
-            f"the series names {patch.name}, but {patch} does not exist",
-            f"restore it (git checkout -- {patch.relative_to(paths.root())}) or "
-            "remove its line from patches/series",
+            f"patches/series names {patch.name}, but {where} does not exist",
+            f"git checkout -- {where}   # restore it; or remove its line from patches/series",
         )
+    # The file as it is: restore the committed one, or export it again from vllm/ (refresh
+    # writes a listed patch that is missing, when vllm/ holds its commit).
+    fix = (
+        f"git checkout -- {where}   # restore it; or rm {where} && scripts/refresh.sh "
+        "to export it again from vllm/'s commit"
+    )
     head = patch.read_bytes()[:4096].decode(errors="replace")
     if not re.search(r"^Subject: ", head, re.M) or not re.search(r"^From[ :]", head, re.M):
         raise SeriesError(
-            f"{patch.name} is not a patch email (no From/Subject header); "
+            f"{where} is not a patch email (no From/Subject header); "
             "patches are made with git format-patch",
-            "scripts/refresh.sh   # re-exports the commits in vllm/ as patches",
+            fix,
         )
     p = subprocess.run(
-        ["git", "apply", "--numstat", str(patch)], capture_output=True, text=True, cwd=paths.root()
+        ["git", "apply", "--numstat", str(patch)],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        cwd=paths.root(),
     )
     if p.returncode != 0 or not p.stdout.strip():
         raise SeriesError(
-            f"{patch.name} holds no diff git can read: "
-            f"{(p.stderr.strip() or 'empty').splitlines()[0]}",
-            "scripts/refresh.sh   # re-exports the commits in vllm/ as patches",
+            f"{where} holds no diff git can read: {(p.stderr.strip() or 'empty').splitlines()[0]}",
+            fix,
         )
 
 
-def load(validate: bool = True) -> list[Entry]:
+def load(validate: bool = True, missing_ok: bool = False) -> list[Entry]:
     """The series entries, checked: every file exists and is a patch, every patch file in
     patches/ is listed, no name twice.
+
+    Args:
+        validate: check the files (without it, only the series file is read).
+        missing_ok: a listed file may be missing (refresh writes it), but one that exists
+            must be a patch.
 
     Raises:
         SeriesError: on the first problem found, naming the file.
@@ -127,11 +168,16 @@ def load(validate: bool = True) -> list[Entry]:
     if not validate:
         return entries
     names = [e.name for e in entries]
-    dup = {n for n in names if names.count(n) > 1}
+    dup = [n for n in dict.fromkeys(names) if names.count(n) > 1]
     if dup:
-        raise SeriesError(f"patches/series lists {sorted(dup)} more than once")
+        raise SeriesError(
+            f"patches/series lists {dup} more than once",
+            "git checkout -- patches/series   # the committed series; or delete the "
+            "repeated lines by hand",
+        )
     for e in entries:
-        check_patch(e.path)
+        if not (missing_ok and not e.path.exists()):
+            check_patch(e.path)
     unlisted = sorted(p.name for p in paths.patches_dir().glob("*.patch") if p.name not in names)
     if unlisted:
         raise SeriesError(

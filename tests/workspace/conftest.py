@@ -62,10 +62,9 @@ def ws(tmp_path, pristine, pin, monkeypatch) -> Path:
     return root
 
 
-@pytest.fixture
-def tiny(tmp_path, monkeypatch) -> Path:
-    """A synthetic workspace: a small upstream repo whose 'release' commit is the pin."""
-    root = tmp_path / "tiny"
+def tiny_workspace(root: Path) -> Path:
+    """Make a synthetic workspace at root: a small upstream repo whose 'release' commit is
+    the pin, and an empty series."""
     up = root / "vllm"
     up.mkdir(parents=True)
     git(up, "init", "-q")
@@ -84,6 +83,13 @@ def tiny(tmp_path, monkeypatch) -> Path:
     (root / "upstream.toml").write_text(text)
     (root / "patches").mkdir()
     (root / "patches" / "series").write_text("")
+    return root
+
+
+@pytest.fixture
+def tiny(tmp_path, monkeypatch) -> Path:
+    """A synthetic workspace (tiny_workspace) that VSERIES_ROOT points at."""
+    root = tiny_workspace(tmp_path / "tiny")
     monkeypatch.setenv("VSERIES_ROOT", str(root))
     return root
 

@@ -56,3 +56,24 @@ def test_series_options_and_errors(tiny):
     (tiny / "patches" / "series").write_text("0001-a.patch contract\n")
     with pytest.raises(SeriesError, match="not key=value"):
         series.read()
+
+
+@pytest.mark.parametrize(
+    "line,why",
+    [
+        (b"\xff\xfe0001-a.patch\n", "not UTF-8 text"),
+        (b"0001-a\x00.patch\n", "is not the name of a file in patches/"),
+        (b"../upstream.toml\n", "is not the name of a file in patches/"),
+        (b"..\n", "is not the name of a file in patches/"),
+    ],
+    ids=["binary", "nul", "outside", "dotdot"],
+)
+def test_series_line_that_names_no_patch_file_is_refused(tiny, line, why):
+    """A series line is a file name in patches/: binary junk, control characters or a path
+    elsewhere get a SeriesError naming the line (not a traceback, not a file outside)."""
+    (tiny / "patches" / "series").write_bytes(b"# head\n" + line)
+    with pytest.raises(SeriesError, match=why) as e:
+        series.load()
+    assert "patches/series:2" in str(e.value) and "next: git checkout -- patches/series" in str(
+        e.value
+    )

@@ -77,3 +77,32 @@ def test_refresh_names_the_uncommitted_files(tiny):
     with pytest.raises(SeriesError, match="new.py") as e:
         refresh.refresh()
     assert "git -C vllm add -A" in str(e.value)
+
+
+def test_refresh_refuses_to_overwrite_a_broken_patch_file(tiny):
+    """A listed patch file that is not a readable patch may be a hand edit gone wrong:
+    refused and kept, with the way to restore or re-export it."""
+    vdir = tiny / "vllm"
+    p = make_patch(vdir, tiny / "patches", lambda r: (r / "b.py").write_text("x = 2\n"), "[P] b")
+    (tiny / "patches" / "series").write_text(p.name + "\n")
+    apply.apply()
+    refresh.refresh()
+    broken = p.read_bytes()[: p.read_bytes().index(b"\n+x = 2")]  # the hunk cut short
+    p.write_bytes(broken)
+    with pytest.raises(SeriesError, match=f"patches/{p.name} holds no diff") as e:
+        refresh.refresh()
+    assert p.read_bytes() == broken
+    assert f"rm patches/{p.name} && scripts/refresh.sh" in str(e.value)
+    p.unlink()  # the hint's second way: refresh exports the listed, missing patch again
+    assert refresh.refresh()["added"] == [p.name]
+
+
+def test_refresh_refuses_a_lost_series(tiny):
+    vdir = tiny / "vllm"
+    p = make_patch(vdir, tiny / "patches", lambda r: (r / "b.py").write_text("x = 2\n"), "[P] b")
+    (tiny / "patches" / "series").write_text(p.name + " contract=tests/c.py\n")
+    apply.apply()
+    (tiny / "patches" / "series").unlink()
+    with pytest.raises(SeriesError, match="patches/series is missing"):
+        refresh.refresh()
+    assert not (tiny / "patches" / "series").exists()

@@ -1,0 +1,242 @@
+"""Generated bad input (hypothesis) for apply, refresh and rebase --check.
+
+A synthetic workspace holds a series of two valid patches, applied on vllm/'s branch
+``series``. Each example breaks one file of patches/ in a way that is malformed by
+construction (a hunk cut short, a hunk count too large, a binary line inside a hunk, binary
+junk, an empty file, a duplicated / missing / unlisted / junk series line, a bad option, no
+series), optionally with CRLF line ends on top, and runs one verb as the scripts run it
+(``python -m vseries <verb>``). Each run must exit 2 with a message that names the broken
+file and a ``next:`` line, print no Python traceback, and leave vllm/ (files, HEAD, refs,
+no am in progress) and patches/ byte for byte as they were.
+
+Bounded for CI: a fixed number of examples per verb, derandomized (the same inputs on every
+run), no example database. The number of inputs tried is printed (pytest -s shows it).
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import git, make_patch, tiny_workspace
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+EXAMPLES = 24  # per verb
+VERBS = {
+    "apply": ["apply"],
+    "refresh": ["refresh"],
+    "rebase --check": ["rebase", "--check", "v0.99.0"],
+}
+TRIED = {verb: 0 for verb in VERBS}
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory) -> tuple[Path, dict]:
+    """The workspace and the environment that points vseries at it: two patches (b.py; a.py
+    in two hunks plus a new c.py), applied. No index or git remote is reachable: a bad input
+    that got past the checks would fail on the network, not pass."""
+    root = tiny_workspace(tmp_path_factory.mktemp("fuzz") / "ws")
+    vdir, pdir = root / "vllm", root / "patches"
+    p1 = make_patch(vdir, pdir, lambda r: (r / "b.py").write_text("x = 2\n"), "[Perf] b two")
+
+    def edit(r: Path) -> None:
+        text = (r / "a.py").read_text()
+        (r / "a.py").write_text(text.replace("line 5\n", "five\n").replace("line 30\n", "30\n"))
+        (r / "c.py").write_text("".join(f"c = {i}\n" for i in range(6)))
+
+    p2 = make_patch(vdir, pdir, edit, "[Kernel] a and c")
+    p2 = p2.rename(pdir / ("0002" + p2.name[4:]))
+    (pdir / "series").write_text(f"# a header\n{p1.name} contract=tests/x.py\n{p2.name}\n")
+    env = {
+        **os.environ,
+        "VSERIES_ROOT": str(root),
+        "VSERIES_OFFLINE": "1",
+        "VSERIES_CACHE": str(root / "cache"),
+        "VSERIES_INDEX_URL": "http://127.0.0.1:9/simple",
+    }
+    for verb in ("apply", "refresh"):  # refresh: patches/ as refresh writes them
+        p = subprocess.run([sys.executable, "-m", "vseries", verb], env=env, capture_output=True)
+        assert p.returncode == 0, p.stderr
+    return root, env
+
+
+def snapshot(root: Path) -> dict:
+    """patches/ and vllm/ byte for byte: every file (vllm/'s outside .git), and vllm/'s HEAD,
+    refs, stash and whether an am / rebase is in progress."""
+    vdir = root / "vllm"
+    files = {
+        str(p.relative_to(root)): p.read_bytes()
+        for top in ("patches", "vllm")
+        for p in sorted((root / top).rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(root).parts
+    }
+    return {
+        "files": files,
+        "head": git(vdir, "rev-parse", "HEAD"),
+        "branch": git(vdir, "rev-parse", "--abbrev-ref", "HEAD"),
+        "refs": git(vdir, "for-each-ref", "--format=%(refname) %(objectname)"),
+        "busy": [d for d in ("rebase-apply", "rebase-merge") if (vdir / ".git" / d).exists()],
+    }
+
+
+def restore(root: Path, saved: dict) -> None:
+    """Undo an example's damage: patches/ as saved."""
+    pdir = root / "patches"
+    pdir.mkdir(exist_ok=True)
+    for p in pdir.iterdir():
+        p.unlink()
+    for name, data in saved["files"].items():
+        if name.startswith("patches/"):
+            (root / name).write_bytes(data)
+
+
+# ---- the faults ------------------------------------------------------------------------------
+
+# A line that no diff parser can take for diff content: its first byte is binary, and it
+# holds neither a line break nor '#' (which would make a series line a comment).
+JUNK = st.builds(
+    lambda first, rest: bytes([first]) + rest,
+    st.sampled_from([0, 1, 7, 0x80, 0xC0, 0xFE, 0xFF]),
+    st.binary(max_size=30).map(lambda b: b.translate(None, b"\r\n#")),
+)
+
+
+def hunks(lines: list[bytes]) -> list[tuple[int, int]]:
+    """(index of the @@ line, index of the last body line) of every hunk."""
+    out, i = [], 0
+    while i < len(lines):
+        if lines[i].startswith(b"@@ -"):
+            j = i + 1
+            while j < len(lines) and lines[j][:1] in (b" ", b"+", b"-", b"\\"):
+                j += 1
+            out.append((i, j - 1))
+            i = j
+        else:
+            i += 1
+    return out
+
+
+@st.composite
+def patch_fault(draw, patches: dict[str, bytes]) -> tuple[str, dict[str, bytes | None]]:
+    """(the broken patch's file name, {file: new bytes}) for one patch of the series."""
+    name = draw(st.sampled_from(sorted(n for n in patches if n != "series")))
+    lines = patches[name].splitlines(keepends=True)
+    spans = hunks(lines)
+    kind = draw(st.sampled_from(["truncated", "count", "junk line", "binary", "no diff", "empty"]))
+    if kind == "truncated":  # cut before the last line of a hunk: the hunk is short
+        h, last = draw(st.sampled_from(spans))
+        text = b"".join(lines[: draw(st.integers(h + 1, last))])
+    elif kind == "count":  # a hunk claims more lines than it has
+        h, _ = draw(st.sampled_from(spans))
+        old = draw(st.booleans())
+        more = draw(st.integers(1, 5))
+
+        def bump(m: re.Match) -> bytes:
+            n = int(m.group(2) or b"1") + more
+            return m.group(1) + b",%d" % n
+
+        pattern = rb"^(@@ -\d+)(?:,(\d+))?" if old else rb"(\+\d+)(?:,(\d+))?(?= @@)"
+        lines[h] = re.sub(pattern, bump, lines[h], count=1)
+        text = b"".join(lines)
+    elif kind == "junk line":  # a binary line inside a hunk, before its last line
+        h, last = draw(st.sampled_from(spans))
+        lines.insert(draw(st.integers(h + 1, last)), draw(JUNK) + b"\n")
+        text = b"".join(lines)
+    elif kind == "binary":
+        text = draw(st.binary(min_size=1, max_size=300))
+    elif kind == "no diff":  # a mail header, then junk
+        text = b"From: a <a@a>\nSubject: [P] x\n\n" + draw(st.binary(max_size=200))
+    else:
+        text = b""
+    return name, {name: text}
+
+
+@st.composite
+def series_fault(draw, patches: dict[str, bytes]) -> tuple[str, dict[str, bytes | None]]:
+    """("patches/series", {"series": new bytes or None (deleted)})."""
+    lines = patches["series"].splitlines(keepends=True)
+    listed = [i for i, ln in enumerate(lines) if ln.strip() and not ln.startswith(b"#")]
+    kind = draw(
+        st.sampled_from(["duplicate", "missing", "unlisted", "junk", "option", "empty", "gone"])
+    )
+    if kind == "duplicate":
+        i = draw(st.sampled_from(listed))
+        lines.insert(draw(st.integers(1, len(lines))), lines[i])
+    elif kind == "missing":  # names a file that does not exist
+        stem = draw(st.from_regex(r"[0-9]{4}-[A-Za-z][A-Za-z-]{0,15}", fullmatch=True))
+        lines.insert(draw(st.integers(1, len(lines))), f"{stem}.patch\n".encode())
+    elif kind == "unlisted":  # a patch file stays, its line goes
+        del lines[draw(st.sampled_from(listed))]
+    elif kind == "junk":
+        lines.insert(draw(st.integers(0, len(lines))), draw(JUNK) + b"\n")
+    elif kind == "option":
+        i = draw(st.sampled_from(listed))
+        bad = draw(st.sampled_from([b"contract", b"=x", b"k=", b"="]))
+        lines[i] = lines[i].rstrip(b"\n") + b" " + bad + b"\n"
+    elif kind == "empty":
+        lines = []
+    else:
+        return "patches/series", {"series": None}
+    return "patches/series", {"series": b"".join(lines)}
+
+
+@st.composite
+def bad_input(draw, patches: dict[str, bytes]) -> tuple[str, dict[str, bytes | None]]:
+    named, files = draw(st.one_of(patch_fault(patches), series_fault(patches)))
+    if draw(st.booleans()):  # CRLF line ends on top of the fault
+        files = {n: t.replace(b"\n", b"\r\n") if t else t for n, t in files.items()}
+    return named, files
+
+
+# ---- the property ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("verb", list(VERBS))
+def test_bad_series_or_patch_is_refused_cleanly(ws, verb):
+    root, env = ws
+    saved = snapshot(root)
+    patches = {
+        n.removeprefix("patches/"): b for n, b in saved["files"].items() if n.startswith("patches/")
+    }
+
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(bad_input(patches))
+    def run(case):
+        named, files = case
+        TRIED[verb] += 1
+        try:
+            for name, text in files.items():
+                target = root / "patches" / name
+                if text is None:
+                    target.unlink()
+                else:
+                    target.write_bytes(text)
+            before = snapshot(root)
+            p = subprocess.run(
+                [sys.executable, "-m", "vseries", *VERBS[verb]],
+                env=env,
+                capture_output=True,
+                text=True,
+                errors="replace",
+            )
+            out = p.stdout + p.stderr
+            assert "Traceback" not in out, out
+            assert p.returncode == 2, out
+            assert named in p.stderr, p.stderr
+            assert "\n  next: " in p.stderr, p.stderr
+            assert snapshot(root) == before, "patches/ or vllm/ changed"
+        finally:
+            restore(root, saved)
+
+    run()
+    print(f"\nfuzz {verb}: {TRIED[verb]} generated inputs, each refused with nothing lost")
+    assert TRIED[verb] >= EXAMPLES
