@@ -163,7 +163,8 @@ def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
             )
         else:
             hint = (
-                "git -C vllm commit -a -s && scripts/refresh.sh   # keep it as a patch; "
+                "git -C vllm add -A && git -C vllm commit -s && scripts/refresh.sh   # keep "
+                "it (untracked files too) as a patch; "
                 if dirty
                 else "scripts/refresh.sh   # export your commits into patches/ first; "
             ) + "or scripts/apply.sh --force   # keeps a backup ref, then resets"

@@ -510,6 +510,8 @@ def check(wt: Path, base: str, pr: PR, hooks: bool, tests: bool, scratch: Path) 
                 f"vLLM's pre-commit hooks fail on the touched files ({failed}):\n"
                 + hook_failures(output)
             )
+    if not hooks:
+        report.append("pre-commit: not run (--no-hooks)")
     if tests:
         start = time.monotonic()
         run_tests(wt, pr.info.tests, c)
@@ -518,6 +520,8 @@ def check(wt: Path, base: str, pr: PR, hooks: bool, tests: bool, scratch: Path) 
             f"{len(c.failed)} failed, {len(c.needs_cuda)} need CUDA, "
             f"{len(c.skipped)} skipped: {' '.join(c.tests) or '(none in the patch)'}"
         )
+    else:
+        report.append("tests: not run (--no-tests)")
     pr.problems += c.problems
     return "\n\n".join(report)
 
@@ -648,6 +652,20 @@ def prs(
     return [pr for _, pr in todo]
 
 
+def _unchecked(pr: PR) -> str:
+    """' (not checked: ...)' naming the checks --no-hooks / --no-tests left out, or ''."""
+    c = pr.checks
+    left = [
+        what
+        for what, ran in (
+            ("vLLM's pre-commit hooks (--no-hooks)", c is None or c.ran_hooks),
+            ("the patch's tests (--no-tests)", c is None or c.ran_tests),
+        )
+        if not ran
+    ]
+    return f" (not checked: {', '.join(left)})" if left else ""
+
+
 def write(
     todo: list[tuple[int, PR]],
     label: str,
@@ -682,7 +700,11 @@ def write(
         (d / "branch.txt").write_text(pr.branch + "\n")
         if pr.checks:
             (d / "checks.json").write_text(pr.checks.to_json())
-        verdict = "ready" if pr.ok else "NOT READY:\n" + "\n".join(f"- {p}" for p in pr.problems)
+        verdict = (
+            f"ready{_unchecked(pr)}"
+            if pr.ok
+            else "NOT READY:\n" + "\n".join(f"- {p}" for p in pr.problems)
+        )
         (d / "checks.txt").write_text(
             f"patch {pr.entry.name}\nbranch {pr.branch} at {pr.commit or '(not made)'} on "
             f"{label}\n{verdict}\n\n{reports.get(pr.number, '')}\n"
@@ -704,7 +726,7 @@ def write(
             cmd.chmod(0o755)
         print(
             f"prs: {pr.number} {pr.branch:60} "
-            + ("ready" if pr.ok else f"NOT READY ({len(pr.problems)} problems)")
+            + (f"ready{_unchecked(pr)}" if pr.ok else f"NOT READY ({len(pr.problems)} problems)")
         )
         for p in pr.problems:
             print("    " + p.replace("\n", "\n    ")[:3000])

@@ -145,18 +145,19 @@ def _would_drop(vdir: Path, gone: list[series.Entry]) -> SeriesError:
             f"patches/series names {', '.join(missing)}, which neither patches/ nor vllm/ "
             "HEAD holds; refresh would drop their lines"
         )
-    if missing:
-        fix = (
-            f"git checkout -- patches/{missing[0]}   # restore it; or remove its line from "
-            "patches/series"
-        )
+    restore = missing and series.restore_cmd(paths.patches_dir() / missing[0])
+    prune = "scripts/refresh.sh --prune to drop them on purpose"
+    if restore:
+        fix = f"{restore}   # restore it; or {prune}"
+    elif missing:
+        fix = "scripts/refresh.sh --prune   # drops their lines from patches/series"
     elif branch == apply.BRANCH:
-        fix = "scripts/apply.sh   # put the series' patches into vllm/ first"
+        fix = f"scripts/apply.sh   # put the series' patches into vllm/ first; or {prune}"
     else:
-        fix = f"git -C vllm checkout {apply.BRANCH}   # the branch that holds the series"
-    return SeriesError(
-        "; ".join(what), fix + "; or scripts/refresh.sh --prune to drop them on purpose"
-    )
+        fix = (
+            f"git -C vllm checkout {apply.BRANCH}   # the branch that holds the series; or {prune}"
+        )
+    return SeriesError("; ".join(what), fix)
 
 
 def main(args) -> int:

@@ -112,6 +112,17 @@ def upstream_status(patch: Path) -> str:
     return m.group(1).strip() if m else "Pending"
 
 
+def restore_cmd(path: Path) -> str | None:
+    """``git checkout -- <path>`` when the workspace's git tracks path (so that it restores
+    the committed file), else None."""
+    where = rel(path)
+    ok = subprocess.run(
+        ["git", "-C", str(paths.root()), "ls-files", "--error-unmatch", "--", where],
+        capture_output=True,
+    )
+    return f"git checkout -- {where}" if ok.returncode == 0 else None
+
+
 def check_patch(patch: Path) -> None:
     """Refuse a file that is not a mail-format patch holding a diff.
 
@@ -120,16 +131,21 @@ def check_patch(patch: Path) -> None:
             ``git apply`` can read.
     """
     where = rel(patch)
+    restore = restore_cmd(patch)
     if not patch.is_file():
         raise SeriesError(
             f"patches/series names {patch.name}, but {where} does not exist",
-            f"git checkout -- {where}   # restore it; or remove its line from patches/series",
+            f"{restore}   # restore it; or remove its line from patches/series"
+            if restore
+            else "scripts/refresh.sh   # exports it again when vllm/ holds its commit; "
+            "else remove its line from patches/series",
         )
-    # The file as it is: restore the committed one, or export it again from vllm/ (refresh
-    # writes a listed patch that is missing, when vllm/ holds its commit).
+    # Refresh writes a listed patch file that is missing when vllm/ holds its commit.
+    again = f"rm {where} && scripts/refresh.sh"
     fix = (
-        f"git checkout -- {where}   # restore it; or rm {where} && scripts/refresh.sh "
-        "to export it again from vllm/'s commit"
+        f"{restore}   # the committed file; or {again} to export it again from vllm/"
+        if restore
+        else f"{again}   # exports it again from vllm/'s commit"
     )
     head = patch.read_bytes()[:4096].decode(errors="replace")
     if not re.search(r"^Subject: ", head, re.M) or not re.search(r"^From[ :]", head, re.M):

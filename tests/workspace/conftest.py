@@ -5,8 +5,12 @@ index served on 127.0.0.1 for the download tests."""
 import hashlib
 import http.server
 import json
+import os
+import re
+import shlex
 import shutil
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -14,6 +18,7 @@ import pytest
 
 from vseries import fetch, materialise
 from vseries import pin as pinmod
+from vseries.errors import SeriesError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,6 +110,47 @@ def make_patch(repo: Path, out: Path, edit, subject: str) -> Path:
     git(repo, "checkout", "-q", "--detach", start)
     git(repo, "branch", "-q", "-D", "scratch")
     return Path(name)
+
+
+def run_next(root: Path, message: str) -> subprocess.CompletedProcess:
+    """Run the command of an error's ``next:`` line in root as a user would: the part before
+    its ``#`` comment, each ``scripts/<verb>.sh`` as the ``python -m vseries <verb>`` it
+    execs (with VSERIES_ROOT from the environment); ``git commit`` gets an identity and an
+    editor that writes a subject."""
+    line = message.split("\n  next: ", 1)[1].splitlines()[0]
+    cmd = line.split("   #", 1)[0].strip()
+    cmd = re.sub(r"scripts/(\w+)\.sh", f"{shlex.quote(sys.executable)} -m vseries \\1", cmd)
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "u",
+        "GIT_AUTHOR_EMAIL": "u@u",
+        "GIT_COMMITTER_NAME": "u",
+        "GIT_COMMITTER_EMAIL": "u@u",
+        "GIT_EDITOR": "sed -i '1s/^/[P] my work/'",
+    }
+    return subprocess.run(["bash", "-c", cmd], cwd=root, env=env, capture_output=True, text=True)
+
+
+def follow_hints(root: Path, verb, steps: int = 4) -> list[str]:
+    """Call verb() and, while it raises SeriesError, run its next: command (and, when that
+    command fails, the next: command of its error), at most ``steps`` commands. Returns the
+    commands run; fails the test when verb() still raises after them."""
+    done: list[str] = []
+    while True:
+        try:
+            verb()
+            return done
+        except SeriesError as e:
+            message = str(e)
+        while True:  # until a command succeeds; a failing one's error has its own next:
+            if len(done) == steps:
+                raise AssertionError(f"the next: commands led nowhere: {done}")
+            done.append(message.split("\n  next: ", 1)[1].splitlines()[0])
+            r = run_next(root, message)
+            if r.returncode == 0:
+                break
+            assert "\n  next: " in r.stderr, f"{done[-1]} failed: {r.stdout}{r.stderr}"
+            message = r.stderr
 
 
 class _Index(http.server.BaseHTTPRequestHandler):

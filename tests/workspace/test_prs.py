@@ -111,6 +111,20 @@ def test_one_branch_per_patch_alone_trailer_stripped_series_untouched(tiny):
     assert subprocess.run(["bash", "-n", str(out / "commands.sh")]).returncode == 0
 
 
+def test_checks_left_out_are_named_where_it_says_ready(tiny, capsys):
+    """--no-hooks --no-tests: "ready" in checks.txt and on the terminal says which checks
+    were not run, and the report holds a line for each."""
+    add(tiny, edit_line("a.py", 5, "five"), MSG.format("five", "five"))
+    apply.apply()
+    [pr] = prs.prs(hooks=False, tests=False)
+    assert pr.ok
+    text = (tiny / "out/prs/0001/checks.txt").read_text()
+    hooks, tests = "vLLM's pre-commit hooks (--no-hooks)", "the patch's tests (--no-tests)"
+    assert f"\nready (not checked: {hooks}, {tests})\n" in text
+    assert "pre-commit: not run (--no-hooks)" in text and "tests: not run (--no-tests)" in text
+    assert f"ready (not checked: {hooks}, {tests})" in capsys.readouterr().out
+
+
 def test_patch_that_needs_an_earlier_patch_is_reported(tiny):
     add(tiny, edit_line("a.py", 10, "ten"), "[Core] ten")
     apply.apply()  # the next patch is made on top of the first: a hidden dependency
