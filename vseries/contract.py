@@ -4,6 +4,11 @@ A contract is a behaviour the patch promises (tests/contract/test_*.py, named by
 option ``contract=``). It must fail on the base and pass with the patch; a contract that
 passes on the base tests nothing, and is reported as an error. The same runner answers the
 rebase tool's question "does plain upstream already keep this contract?".
+
+A contract file may also hold guards (``@pytest.mark.guard``): checks of the patched tree
+that the base passes by construction (e.g. "the shipped kernel compiles like the fully
+specialised one", which on the base compares the kernel with itself). They run with the
+patch only, never on the base or on plain upstream, where they could not fail.
 """
 
 import os
@@ -17,6 +22,9 @@ from vseries.errors import SeriesError
 
 # pytest exit codes: 0 passed, 1 some failed, 5 nothing collected (a failure here).
 OUTCOME = {0: "pass", 1: "fail", 5: "no tests"}
+# -m expressions: the contract alone (base, plain upstream), and with its guards (patched).
+CONTRACT = "contract and not guard"
+WITH_GUARDS = "contract"
 
 
 @dataclass
@@ -34,12 +42,13 @@ class Result:
         return OUTCOME.get(self.code, f"error (exit {self.code})")
 
 
-def run_one(test: str, tree: Path | None, extra: list[str] = ()) -> Result:
+def run_one(test: str, tree: Path | None, extra: list[str] = (), marks: str = CONTRACT) -> Result:
     """Run one contract test file with pytest in a fresh interpreter.
 
     Args:
         test: path of the test file, relative to the workspace root.
         tree: a vLLM checkout to import instead of the installed vllm (PYTHONPATH), or None.
+        marks: which of its tests (-m): CONTRACT, or WITH_GUARDS for the patched tree.
     """
     env = dict(os.environ)
     if tree is not None:
@@ -49,7 +58,7 @@ def run_one(test: str, tree: Path | None, extra: list[str] = ()) -> Result:
             *upstream.PYTEST,
             "-rs",
             "-m",
-            "contract",
+            marks,
             test,
             *extra,
         ],
@@ -88,9 +97,17 @@ def check_all(base: bool = True) -> list[tuple[series.Entry, Result, Result | No
             )
         if not (paths.root() / e.contract).exists():
             raise SeriesError(f"contract {e.contract} of {e.name} does not exist")
-        patched = run_one(e.contract, None)
-        rows.append((e, patched, run_one(e.contract, base_dir) if base else None))
+        rows.append(check_one(e, base_dir))
     return rows
+
+
+def check_one(
+    e: series.Entry, base_dir: Path | None, patched_dir: Path | None = None
+) -> tuple[series.Entry, Result, Result | None]:
+    """One patch's contract with its guards on the patched tree (None: the installed vllm),
+    and without them on the base (None: not run)."""
+    patched = run_one(e.contract, patched_dir, marks=WITH_GUARDS)
+    return e, patched, run_one(e.contract, base_dir) if base_dir else None
 
 
 def report(rows) -> bool:

@@ -19,7 +19,9 @@ vllm/models/deepseek_v4/common/ops/, v0.33.0's ``FusedInvRopeFP8QuantKernel.kern
   ``scale_stride_group`` nor ``quantize_and_insert_k_kernel``'s ``num_tokens``). And the rope
   kernel's real host code, run on CPU tensors, selects one JIT cache key (computed with
   Triton's own binder for sm_90) for every token count of the sweep, in both scale layouts.
-  A guard also checks that giving the hints up changes no instruction of the sm_90 PTX.
+  A guard (``@pytest.mark.guard``: run with the patch only, since on the base it compares
+  the kernel with itself) checks that giving the hints up changes no instruction of the
+  sm_90 PTX.
 - CUDA (skipped elsewhere): warm up at T=1, then the sweep compiles nothing more; outputs are
   bit-identical to a variant that specialises every integer argument (``triton.jit(kernel.fn)``,
   the base behaviour, built in-process) and match a float32 reference; the largest T, where
@@ -94,10 +96,13 @@ def test_rope_one_jit_key_over_sweep(heads_per_group, tma_aligned_scales):
     )
 
 
+@pytest.mark.guard
 def test_rope_ptx_unchanged_without_hints():
-    """Guard, not a base/patched difference: at T=16 every integer argument is a multiple of
-    16, so the fully specialised variant has every divisibility hint; the kernel as shipped
-    must compile to the same sm_90 instructions (the hints fed no vectorised access)."""
+    """Guard, not a base/patched difference (on the base it compares the kernel with itself,
+    so the contract runner runs it with the patch only): at T=16 every integer argument is a
+    multiple of 16, so the fully specialised variant has every divisibility hint; the kernel
+    as shipped must compile to the same sm_90 instructions (the hints fed no vectorised
+    access)."""
     kernel, loc = recompile.rope_kernel()
     (launch,) = recompile.rope_launches([16])
     shipped = recompile.ptx_code(recompile.ptx(kernel, launch))

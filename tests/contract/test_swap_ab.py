@@ -13,7 +13,9 @@ and of Mixtral-8x7B. Modes the patched launcher declines to swap by default are 
 it, neither required to use wgmma nor to avoid it: 16-bit activations and int8 w8a16 (measured
 not to pay: mma.sync already runs bf16 natively), K < 512 (measured to lose), and, until they
 are measured, FP8 per-token / per-channel and block-wise scales and INT8 w8a8 (a tuned config
-can ask for the swap with "SWAP_AB": true). `OTHER_MODES` lists them for reports.
+can ask for the swap with "SWAP_AB": true). `OTHER_MODES` lists them; a guard
+(``@pytest.mark.guard``: run with the patch only, since the base swaps nothing) checks that the
+patched launcher declines the swap for each of them by default.
 
 The test asks the launcher of whatever vLLM is importable, `invoke_fused_moe_triton_kernel`,
 to launch a decode config on a mocked SM90 CUDA platform, records the Triton kernel and the
@@ -72,8 +74,8 @@ BF16 = torch.bfloat16
 MODES = {
     "fp8_w8a8_per_tensor": Mode(FP8, FP8, BF16, use_fp8_w8a8=True),
 }
-# Modes the patched launcher declines to swap by default: not asserted; kept for
-# `launch_and_compile` callers that report what a release does with them.
+# Modes the patched launcher declines to swap by default (the guard below; not part of the
+# contract, which upstream's own swap may extend to them).
 OTHER_MODES = {
     "fp8_w8a8_per_token_channel": Mode(FP8, FP8, BF16, use_fp8_w8a8=True, per_channel_quant=True),
     "fp8_w8a8_block_128x128": Mode(FP8, FP8, BF16, use_fp8_w8a8=True, block_shape=(128, 128)),
@@ -280,3 +282,14 @@ def test_decode_tile_uses_wgmma_on_sm90(mode_name, shape, block_size_m, monkeypa
         f"{mode_name} {shape}: wgmma by padding the {block_size_m}-token tile to "
         f"{launch['BLOCK_SIZE_M']} rows, not by swapping"
     )
+
+
+@pytest.mark.guard
+@pytest.mark.parametrize("mode_name", list(OTHER_MODES))
+def test_other_modes_keep_the_unswapped_decode_tile(mode_name, monkeypatch):
+    """Guard of the patched tree, not a base/patched difference (the base swaps nothing):
+    for every mode outside the promise the launcher declines the swap by default, so its
+    decode launch is v0.21.0's (the configured BLOCK_SIZE_M, no SWAP_AB)."""
+    _, _, kwargs, _ = _launch_decode(OTHER_MODES[mode_name], 16, monkeypatch)
+    assert not kwargs.get("SWAP_AB"), f"{mode_name}: the launcher swaps by default"
+    assert kwargs["BLOCK_SIZE_M"] == 16, f"{mode_name}: tile {kwargs['BLOCK_SIZE_M']}"

@@ -9,17 +9,31 @@ pytestmark = pytest.mark.contract
 def test_value():
     assert mod.VALUE == 2
 """
+# A guard of the patched tree: the patched mod must keep GUARDED, which the base has anyway.
+GUARD = """
+
+@pytest.mark.guard
+def test_guarded():
+    assert mod.GUARDED
+"""
 
 
-def trees(tmp_path, base_value):
+def trees(tmp_path, base_value, guarded=True, test=TEST):
     (tmp_path / "tests" / "contract").mkdir(parents=True)
-    (tmp_path / "tests" / "contract" / "test_c.py").write_text(TEST)
+    (tmp_path / "tests" / "contract" / "test_c.py").write_text(test)
     out = []
     for name, value in (("base", base_value), ("patched", 2)):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "mod.py").write_text(f"VALUE = {value}\n")
+        g = guarded or name == "base"
+        (tmp_path / name / "mod.py").write_text(f"VALUE = {value}\nGUARDED = {g}\n")
         out.append(tmp_path / name)
     return out
+
+
+def verdicts(out: str) -> dict[str, str]:
+    """{patch: verdict} from the rows of contract.report's table (the verdict column)."""
+    rows = [ln for ln in out.splitlines() if ln and not ln.startswith((" ", "patch "))]
+    return {ln[:58].strip(): ln[81:] for ln in rows}
 
 
 def test_base_fails_patched_passes_is_ok(tmp_path, monkeypatch, capsys):
@@ -30,7 +44,7 @@ def test_base_fails_patched_passes_is_ok(tmp_path, monkeypatch, capsys):
     assert (rb.outcome, rp.outcome) == ("fail", "pass")
     assert "1 failed" in rb.line and "1 passed" in rp.line
     assert contract.report([(series.Entry("0001-x.patch"), rp, rb)])
-    assert "ok" in capsys.readouterr().out
+    assert verdicts(capsys.readouterr().out) == {"0001-x.patch": "ok"}
 
 
 def test_contract_that_passes_on_base_is_an_error(tmp_path, monkeypatch, capsys):
@@ -39,7 +53,7 @@ def test_contract_that_passes_on_base_is_an_error(tmp_path, monkeypatch, capsys)
     rb = contract.run_one("tests/contract/test_c.py", base)
     rp = contract.run_one("tests/contract/test_c.py", patched)
     assert not contract.report([(series.Entry("0001-x.patch"), rp, rb)])
-    assert "PASSES ON BASE" in capsys.readouterr().out
+    assert verdicts(capsys.readouterr().out) == {"0001-x.patch": "PASSES ON BASE: tests nothing"}
 
 
 def test_no_tests_collected_is_not_a_pass(tmp_path, monkeypatch):
@@ -47,3 +61,16 @@ def test_no_tests_collected_is_not_a_pass(tmp_path, monkeypatch):
     base, _ = trees(tmp_path, 1)
     r = contract.run_one("tests/contract/test_c.py", base, ["-k", "nothing_matches"])
     assert r.outcome == "no tests" and not contract.report([(series.Entry("x"), r, None)])
+
+
+def test_guards_run_with_the_patch_only(tmp_path, monkeypatch, capsys):
+    """A guard that the patched tree breaks fails the contract; on the base, where it passes
+    by construction, it is not run (it could not fail there)."""
+    monkeypatch.setenv("VSERIES_ROOT", str(tmp_path))
+    base, patched = trees(tmp_path, 1, guarded=False, test=TEST + GUARD)
+    entry = series.Entry("0001-x.patch", {"contract": "tests/contract/test_c.py"})
+    row = contract.check_one(entry, base, patched)
+    assert "1 failed, 1 passed" in row[1].line  # the guard failed with the patch
+    assert "1 failed, 1 deselected" in row[2].line  # the base ran the contract alone
+    assert not contract.report([row])
+    assert verdicts(capsys.readouterr().out) == {"0001-x.patch": "FAILS WITH THE PATCH"}
