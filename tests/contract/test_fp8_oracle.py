@@ -13,6 +13,10 @@ with FlashInfer's MoE kernels mocked as installed and DeepGEMM as absent (no GPU
 - an explicit user choice still wins: `moe_backend="flashinfer_cutlass"` (--moe-backend)
   and, in releases that have it (up to v0.22.0), VLLM_USE_FLASHINFER_MOE_FP8=1 both give
   FLASHINFER_CUTLASS;
+- VLLM_USE_FLASHINFER_MOE_FP8=0 (where the release has it) turns FlashInfer off, not the SM90
+  rule: a compressed-tensors checkpoint (VLLM_CUTLASS allowed, and made a candidate by the
+  mocks) still gets TRITON, as without the setting (v0.21.0: VLLM_CUTLASS); on the H200
+  TRITON beat vLLM's CUTLASS in 17 of 20 timings (benchmarks/results/fp8_oracle.md);
 - block FP8 keeps v0.21.0's rule: TRITON without EP, FLASHINFER_CUTLASS with EP.
 
 It runs against any release from v0.21.0 on: the FusedMoEConfig is built from the fields the
@@ -54,6 +58,7 @@ _AVAILABILITY = {
     "has_flashinfer_cutlass_fused_moe": True,
     "has_flashinfer_trtllm_fused_moe": True,
     "is_deep_gemm_supported": False,
+    "cutlass_group_gemm_supported": True,
 }
 
 # Environment variables the oracle reads; cleared so that only the test's choice counts.
@@ -121,7 +126,7 @@ def oracle(monkeypatch):
             if callable(getattr(mod, fn_name, None)):
                 monkeypatch.setattr(mod, fn_name, lambda value=value: value)
     with set_current_vllm_config(vllm_config):
-        supported, reason = _flashinfer_cutlass_supports(fp8_oracle, "per_tensor_static")
+        supported, reason = _supports(fp8_oracle, "per_tensor_static")
         if not supported:
             raise RuntimeError(
                 "precondition: FLASHINFER_CUTLASS does not support per-tensor FP8 MoE on the "
@@ -130,10 +135,10 @@ def oracle(monkeypatch):
         yield fp8_oracle
 
 
-def _flashinfer_cutlass_supports(oracle, quant: str) -> tuple[bool, str | None]:
-    """Whether a FLASHINFER_CUTLASS kernel class accepts the config (the oracle's own test)."""
+def _supports(oracle, quant: str, backend: str = "FLASHINFER_CUTLASS") -> tuple[bool, str | None]:
+    """Whether a kernel class of the backend accepts the config (the oracle's own test)."""
     reason = None
-    for k_cls in oracle.backend_to_kernel_cls(oracle.Fp8MoeBackend.FLASHINFER_CUTLASS):
+    for k_cls in oracle.backend_to_kernel_cls(oracle.Fp8MoeBackend[backend]):
         supported, reason = k_cls.is_supported_config(
             k_cls, _moe_config(), *_keys(quant), oracle.mk.FusedMoEActivationFormat.Standard
         )
@@ -199,7 +204,7 @@ def _keys(name: str):
     }[name]
 
 
-def _select(oracle, config, quant: str) -> str:
+def _select(oracle, config, quant: str, allow_vllm_cutlass: bool = False) -> str:
     """The backend the oracle selects.
 
     Raises:
@@ -209,7 +214,7 @@ def _select(oracle, config, quant: str) -> str:
     """
     try:
         backend, experts_cls = oracle.select_fp8_moe_backend(
-            config, *_keys(quant), allow_vllm_cutlass=False
+            config, *_keys(quant), allow_vllm_cutlass=allow_vllm_cutlass
         )
     except AssertionError as e:
         raise RuntimeError(f"vLLM asserted inside select_fp8_moe_backend: {e}") from e
@@ -235,6 +240,19 @@ def test_explicit_flashinfer_env_wins(oracle, monkeypatch):
         pytest.skip("this release has no VLLM_USE_FLASHINFER_MOE_FP8 (removed by v0.24.0)")
     monkeypatch.setenv("VLLM_USE_FLASHINFER_MOE_FP8", "1")
     assert _select(oracle, _moe_config(), "per_tensor_static") == "FLASHINFER_CUTLASS"
+
+
+def test_flashinfer_off_keeps_triton_over_vllm_cutlass(oracle, monkeypatch):
+    from vllm import envs
+
+    if "VLLM_USE_FLASHINFER_MOE_FP8" not in envs.environment_variables:
+        pytest.skip("this release has no VLLM_USE_FLASHINFER_MOE_FP8 (removed by v0.24.0)")
+    supported, reason = _supports(oracle, "per_tensor_static", "VLLM_CUTLASS")
+    if not supported:  # a TRITON answer would not show that it was preferred
+        raise RuntimeError(f"precondition: VLLM_CUTLASS is no candidate here ({reason})")
+    monkeypatch.setenv("VLLM_USE_FLASHINFER_MOE_FP8", "0")
+    config = _moe_config()
+    assert _select(oracle, config, "per_tensor_static", allow_vllm_cutlass=True) == "TRITON"
 
 
 @pytest.mark.parametrize(
