@@ -41,7 +41,7 @@ import triton  # noqa: E402
 # vseries (the workspace's package) sits next to benchmarks/. Appended, never prepended: the
 # workspace root may hold a vllm/ checkout that must not shadow the tree under test.
 sys.path.append(str(Path(__file__).resolve().parents[1]))
-from vseries.recompile import (  # noqa: E402
+from vseries.lab.recompile import (  # noqa: E402
     ROPE_KERNEL,
     ROPE_MODULE,
     SWEEP,

@@ -45,7 +45,7 @@ pytestmark = pytest.mark.contract
 
 triton = pytest.importorskip("triton")
 
-from vseries import recompile  # noqa: E402  (after importorskip)
+from vseries.lab import recompile  # noqa: E402  (after importorskip)
 
 # Before vLLM is imported: a plain upstream tree must not take itself for a CPU build,
 # nor import the installed vLLM's modules.
