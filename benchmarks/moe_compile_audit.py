@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Triton compiles of a whole MoE layer over a sweep of batch sizes, after start-up.
 
-The recompile audit of one kernel (``vseries/recompile.py``, patch 3) extended to a whole MoE
+The recompile audit of one kernel (``vseries/lab/recompile.py``, patch 3) extended to a whole MoE
 layer as serving runs it: vLLM's modular kernel (prepare with activation quantisation,
 ``TritonExperts``, finalize) for per-tensor FP8 with dynamic activation scales
 (``quantization="fp8"``), Qwen3-30B-A3B and DeepSeek-V3 TP8 shapes. Start-up is modelled as

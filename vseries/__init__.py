@@ -1,7 +1,9 @@
 """vseries: carry an ordered patch series on a pinned vLLM release.
 
-One module per verb (materialise, apply, refresh, build, contract, rebase, prs), plus the
-shared helpers: pin (upstream.toml), git, fetch (verified downloads), series (patches/series).
+One module (or package) per verb: materialise, apply, refresh, build, contract, test
+(testrun), rebase/, prs/; a base layer they share (workspace, errors, git, host, patchfile,
+pytestrun, fetch, release, pin, series, am, worktree); lab/ for the Triton JIT audit, which
+the command line does not use. CONTRIBUTING.md draws the import graph.
 """
 
 __all__ = ["SeriesError"]

@@ -9,34 +9,14 @@ that are not in the series, are refused unless --force, which first keeps them u
 ``refs/vseries/backup/<time>`` and in ``git stash``.
 """
 
-import re
-import subprocess
 import time
 from pathlib import Path
 
-from vseries import git, materialise, series
+from vseries import git, materialise, patchfile, series
 from vseries import pin as pinmod
+from vseries.am import AM_ENV, BRANCH, am, explain, foreign_commits, wanted_ids
 from vseries.errors import SeriesError
-
-BRANCH = "series"
-# am writes committer = this identity and date = the author date, so the same series on the
-# same pin gives the same commit ids on every machine (and works with no git identity set).
-AM_ENV = {"GIT_COMMITTER_NAME": "vseries", "GIT_COMMITTER_EMAIL": "vseries@invalid"}
-
-
-def wanted_ids(vdir: Path, entries: list[series.Entry]) -> list[str]:
-    """patch-id of each series file, in order."""
-    return [git.patch_id(vdir, e.path.read_text(errors="replace")) or "" for e in entries]
-
-
-def _foreign_commits(vdir: Path, pinned: str, tip: str, want: list[str]) -> list[str]:
-    """'<short id> <subject>' for commits reachable from tip but not from the pin whose change
-    is not one of the series' patches (they would be lost by a reset)."""
-    out = []
-    for c, pid in git.commit_patch_ids(vdir, pinned, tip):
-        if pid not in want:
-            out.append(git.run(vdir, "log", "-1", "--format=%h %s", c))
-    return out
+from vseries.workspace import Workspace
 
 
 def _edited_patches(
@@ -45,7 +25,7 @@ def _edited_patches(
     """Series files whose vllm/ commit (same subject) has another diff: the file was edited."""
     wanted_by_subject = {}
     for e, pid in zip(entries, want, strict=True):
-        subject = git.patch_message(vdir, e.path.read_text(errors="replace")).split("\n", 1)[0]
+        subject = patchfile.message(e.path.read_text(errors="replace")).split("\n", 1)[0]
         wanted_by_subject[subject] = (e.name, pid)
     edited = []
     for tip in sorted(t for t in tips if t):
@@ -58,68 +38,26 @@ def _edited_patches(
     return edited
 
 
-def explain(vdir: Path, patch: Path, am_output: str) -> str:
-    """Say which file and hunk of ``patch`` failed against the current HEAD of vdir.
-
-    Reads the CONFLICT lines of am's 3-way merge and, for a plain rejection, asks
-    ``git apply --check -v`` where the hunk stopped matching.
-    """
-    found = [m.group(0) for m in re.finditer(r"CONFLICT \([^)]*\): .*", am_output)]
-    p = subprocess.run(
-        ["git", "-C", str(vdir), "apply", "--check", "-v", str(patch)],
-        capture_output=True,
-        text=True,
-    )
-    text = patch.read_text(errors="replace")
-    for m in re.finditer(r"error: patch failed: (\S+):(\d+)", p.stderr):
-        path, line = m.group(1), int(m.group(2))
-        hunk = re.search(rf"^@@ -{line}(,\d+)? \+\d+(,\d+)? @@.*$", text, re.M)
-        found.append(f"file {path}, hunk {hunk.group(0) if hunk else f'at line {line}'}")
-    for m in re.finditer(
-        r"error: (\S+): (does not exist in index|No such file or directory)", p.stderr
-    ):
-        found.append(f"file {m.group(1)} does not exist here (renamed or removed upstream?)")
-    return "\n".join(f"  {x}" for x in dict.fromkeys(found)) or "  " + am_output.strip()[-400:]
-
-
-def am(vdir: Path, patch: Path | list[Path], *config: str) -> str:
-    """``git am -3 -k`` one patch (or several, in one session) onto HEAD of vdir, as apply
-    makes every commit (fixed committer, committer date = author date); returns git's output
-    and never raises: the caller looks at ``git.in_progress`` to see whether it stopped.
-
-    Args:
-        config: extra ``-c key=value`` pairs, e.g. ("-c", "merge.conflictStyle=diff3").
-    """
-    patches = patch if isinstance(patch, list) else [patch]
-    return git.run(
-        vdir,
-        *config,
-        "am",
-        "-3",
-        "-k",
-        "--committer-date-is-author-date",
-        *map(str, patches),
-        check=False,
-        env=AM_ENV,
-    )
-
-
-def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
+def apply(
+    force: bool = False, keep_conflict: bool = False, ws: Workspace | None = None
+) -> list[str]:
     """Apply the series on the pin. Returns the commit ids of the applied patches.
 
     Args:
         force: drop uncommitted work and commits outside the series, after backing them up.
         keep_conflict: on a failing patch, leave the ``git am`` session open for a manual fix
             instead of rolling back.
+        ws: the workspace (default: the current one).
 
     Raises:
         SeriesError: a malformed series or patch; an unfinished am/rebase in vllm/; uncommitted
             work or foreign commits without --force; a patch that does not apply (vllm/ is
             back as it was, unless keep_conflict).
     """
-    pin = pinmod.load()
-    vdir = materialise.ensure(quiet=True)
-    entries = series.load()
+    ws = ws or Workspace.current()
+    pin = pinmod.load(ws.pin_file)
+    vdir = materialise.ensure(quiet=True, ws=ws)
+    entries = series.load(ws)
     git.require_checkout(vdir)
     pinned = pin.commit
     want = wanted_ids(vdir, entries)
@@ -134,7 +72,7 @@ def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
         if [pid for _, pid in held] == want and all(
             git.same_message(
                 git.run(vdir, "log", "-1", "--format=%B", c),
-                git.patch_message(vdir, e.path.read_text(errors="replace")),
+                patchfile.message(e.path.read_text(errors="replace")),
             )
             for (c, _), e in zip(held, entries, strict=True)
         ):
@@ -148,7 +86,7 @@ def apply(force: bool = False, keep_conflict: bool = False) -> list[str]:
     tips = {head} | ({git.rev(vdir, BRANCH)} if git.rev(vdir, BRANCH) else set())
     for tip in sorted(t for t in tips if t):
         at_risk += [
-            f"commit not in the series: {c}" for c in _foreign_commits(vdir, pinned, tip, want)
+            f"commit not in the series: {c}" for c in foreign_commits(vdir, pinned, tip, want)
         ]
     at_risk = list(dict.fromkeys(at_risk))
     stash = None
@@ -251,7 +189,14 @@ def main(args) -> int:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("apply", help="reset vllm/ to the pin and apply patches/series")
+    p = sub.add_parser(
+        "apply",
+        help="reset vllm/ to the pin and apply patches/series",
+        description="Reset vllm/ to the pin and apply patches/series with git am -3, one "
+        "commit per patch on the branch series. Atomic (a failing patch rolls vllm/ back), "
+        "idempotent, and it refuses to drop uncommitted work or commits outside the series "
+        "unless --force (which keeps a backup ref first).",
+    )
     p.add_argument(
         "--force",
         action="store_true",

@@ -7,14 +7,14 @@ leaves csrc/ alone; a series that touches it is refused here with the from-sourc
 """
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from vseries import fetch, git, materialise, paths, series
+from vseries import fetch, git, host, materialise, patchfile, series
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
+from vseries.workspace import Workspace
 
 # Paths whose change needs vLLM's CUDA/C++ build instead of the release kernels.
 COMPILED = ("csrc/", "CMakeLists.txt", "cmake/")
@@ -24,14 +24,7 @@ def compiled_paths(entries: list[series.Entry]) -> list[str]:
     """Files under csrc/ (or the CMake build) that the series changes."""
     hits = []
     for e in entries:
-        out = subprocess.run(
-            ["git", "apply", "--numstat", str(e.path)],
-            capture_output=True,
-            text=True,
-            cwd=paths.root(),
-        ).stdout
-        for line in out.splitlines():
-            f = line.split("\t")[-1]
+        for f in patchfile.touched(e.path.read_text(errors="replace")):
             if f.startswith(COMPILED):
                 hits.append(f"{e.name}: {f}")
     return hits
@@ -47,11 +40,7 @@ def pip(*args: str) -> None:
         )
 
 
-def has_nvidia_driver() -> bool:
-    return shutil.which("nvidia-smi") is not None or Path("/proc/driver/nvidia").exists()
-
-
-def torch_spec(pin: pinmod.Pin) -> list[str]:
+def torch_spec(pin: pinmod.Pin, ws: Workspace) -> list[str]:
     """What to pip-install for torch (and Triton) on this host.
 
     GPU hosts get the torch the release kernels were built for (pin.torch, which brings its
@@ -59,26 +48,19 @@ def torch_spec(pin: pinmod.Pin) -> list[str]:
     """
     if os.environ.get("VSERIES_TORCH"):
         return [os.environ["VSERIES_TORCH"], f"triton=={pin.triton}"]
-    if has_nvidia_driver():
+    if host.has_gpu():
         return [f"torch=={pin.torch}"]
-    return ["-r", str(paths.root() / "requirements" / "cpu-host.txt"), f"triton=={pin.triton}"]
-
-
-def probe(code: str) -> tuple[bool, str]:
-    """Run python code in a fresh interpreter from /; returns (ok, last line of output)."""
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
-    lines = (p.stdout + p.stderr).strip().splitlines()
-    return p.returncode == 0, (lines[-1] if lines else "")
+    return ["-r", str(ws.root / "requirements" / "cpu-host.txt"), f"triton=={pin.triton}"]
 
 
 def summary(pin: pinmod.Pin, vdir: Path) -> None:
     """Print pin, source, patches applied, vllm.__version__ and whether the kernels load."""
     patches = git.run(vdir, "log", "--reverse", "--format=%h %s", f"{pin.commit}..HEAD")
-    ok_v, version = probe(
+    ok_v, version = host.probe(
         "import vllm, os; print(vllm.__version__, os.path.dirname(vllm.__file__))"
     )
-    ok_k, kern = probe("import vllm._C, vllm._moe_C; print('loaded')")
-    torch_v = probe("import torch; print(torch.__version__)")[1]
+    ok_k, kern = host.probe("import vllm._C, vllm._moe_C; print('loaded')")
+    torch_v = host.probe("import torch; print(torch.__version__)")[1]
     if ok_k:
         kernels = "release kernels load (vllm._C, vllm._moe_C)"
     elif "libcuda.so" in kern:
@@ -107,16 +89,17 @@ def summary(pin: pinmod.Pin, vdir: Path) -> None:
         print(f"    {line}")
 
 
-def build(reinstall: bool = False) -> None:
+def build(reinstall: bool = False, ws: Workspace | None = None) -> None:
     """Install vllm/ editable into the running interpreter's environment (a no-op when it
     already is, unless ``reinstall``).
 
     Raises:
         SeriesError: the series changes compiled code (csrc/); a download or pip step failed.
     """
-    pin = pinmod.load()
-    vdir = materialise.ensure(quiet=True)
-    entries = series.load()
+    ws = ws or Workspace.current()
+    pin = pinmod.load(ws.pin_file)
+    vdir = materialise.ensure(quiet=True, ws=ws)
+    entries = series.load(ws)
     hits = compiled_paths(entries)
     if hits:
         raise SeriesError(
@@ -127,7 +110,7 @@ def build(reinstall: bool = False) -> None:
             "   # needs nvcc and the CUDA toolkit; about an hour",
         )
     # the installed distribution's version follows the pin (a rebase must reinstall)
-    ok_i, where = probe(
+    ok_i, where = host.probe(
         "import importlib.util as u, importlib.metadata as m; "
         "print(m.version('vllm'), u.find_spec('vllm').origin)"
     )
@@ -147,11 +130,11 @@ def build(reinstall: bool = False) -> None:
         summary(pin, vdir)
         return
     wheel = fetch.fetch(pin.package, pin.wheel)
-    ok_t, tv = probe("import torch, triton; print(torch.__version__, triton.__version__)")
+    ok_t, tv = host.probe("import torch, triton; print(torch.__version__, triton.__version__)")
     if ok_t:
         print(f"build: torch/triton present ({tv})")
     else:
-        pip("install", "-q", *torch_spec(pin))
+        pip("install", "-q", *torch_spec(pin, ws))
     pip("install", "-q", "-r", str(vdir / "requirements" / "common.txt"))
     env = {
         **os.environ,
@@ -183,14 +166,21 @@ def build(reinstall: bool = False) -> None:
 
 def main(args) -> int:
     if args.summary_only:
-        summary(pinmod.load(), paths.vllm_dir())
+        ws = Workspace.current()
+        summary(pinmod.load(ws.pin_file), ws.vllm)
     else:
         build(reinstall=args.reinstall)
     return 0
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("build", help="pip install -e vllm with the release kernels; summary")
+    p = sub.add_parser(
+        "build",
+        help="pip install -e vllm with the release kernels; summary",
+        description="Install vllm/ editable into this environment with the prebuilt kernels "
+        "of the pinned release wheel (VLLM_USE_PRECOMPILED=1; nothing is compiled), then "
+        "print a summary: pin, source, patches applied, whether the kernels load here.",
+    )
     p.add_argument("--summary-only", action="store_true", help="print the summary only")
     p.add_argument("--reinstall", action="store_true", help="run pip install -e again")
     p.set_defaults(func=main)

@@ -1,4 +1,9 @@
-"""``python -m vseries <verb>``: a thin front that dispatches to one module per verb."""
+"""``python -m vseries <verb>``: a thin front that dispatches to one module per verb.
+
+Every verb module has ``add_parser(sub)`` (its sub-command, with a --help that says what it
+does) and a ``main(args)``; errors the user can act on are SeriesError: exit 2, the message,
+and a ``next:`` line with the command that fixes it.
+"""
 
 import argparse
 import sys
@@ -6,24 +11,13 @@ import sys
 from vseries import apply, build, contract, materialise, prs, rebase, refresh, testrun
 from vseries.errors import SeriesError
 
-
-def _materialise(args) -> int:
-    materialise.ensure(args.source)
-    return 0
+VERBS = (materialise, apply, refresh, build, contract, testrun, rebase, prs)
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="vseries", description=__doc__)
+    ap = argparse.ArgumentParser(prog="vseries", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="verb", required=True)
-    p = sub.add_parser("materialise", help="make vllm/ a checkout of the pinned commit")
-    p.add_argument(
-        "--source",
-        choices=("auto", "git", "sdist"),
-        default="auto",
-        help="git (shallow fetch), sdist (verified PyPI source release), or auto",
-    )
-    p.set_defaults(func=_materialise)
-    for mod in (apply, refresh, build, contract, testrun, rebase, prs):
+    for mod in VERBS:
         mod.add_parser(sub)
     return ap
 

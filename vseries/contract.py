@@ -11,14 +11,13 @@ specialised one", which on the base compares the kernel with itself). They run w
 patch only, never on the base or on plain upstream, where they could not fail.
 """
 
-import os
-import re
-import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from vseries import paths, series, upstream, worktree
+from vseries import pytestrun, series, worktree
 from vseries.errors import SeriesError
+from vseries.pytestrun import Case
+from vseries.workspace import Workspace
 
 # pytest exit codes: 0 passed, 1 some failed, 5 nothing collected (a failure here).
 OUTCOME = {0: "pass", 1: "fail", 5: "no tests"}
@@ -29,85 +28,77 @@ WITH_GUARDS = "contract"
 
 @dataclass
 class Result:
-    """One contract run: exit code, pytest's closing line, the tree it ran against, and the
-    reasons of skipped tests (pytest -rs), so that a GPU part skipped on a CPU host says so."""
+    """One contract run: exit code, pytest's closing line, the tree it ran against, the
+    reasons of skipped tests (pytest -rs), so that a GPU part skipped on a CPU host says so,
+    and the test cases of its JUnit report."""
 
     code: int
     line: str
     tree: str
     skips: tuple[str, ...] = ()
+    cases: list[Case] = field(default_factory=list)
 
     @property
     def outcome(self) -> str:
         return OUTCOME.get(self.code, f"error (exit {self.code})")
 
 
-def run_one(test: str, tree: Path | None, extra: list[str] = (), marks: str = CONTRACT) -> Result:
+def run_one(
+    test: str,
+    tree: Path | None,
+    extra: list[str] = (),
+    root: Path | None = None,
+    cpu_only: bool = False,
+    marks: str = CONTRACT,
+) -> Result:
     """Run one contract test file with pytest in a fresh interpreter.
 
     Args:
         test: path of the test file, relative to the workspace root.
         tree: a vLLM checkout to import instead of the installed vllm (PYTHONPATH), or None.
+        extra: more pytest arguments (e.g. ["-k", "name"]).
+        root: the workspace root pytest runs in (default: the current workspace's).
+        cpu_only: hide every CUDA device (CUDA_VISIBLE_DEVICES=""): only the part of the
+            contract that decides on the CPU runs, the same on every host; GPU parts skip.
         marks: which of its tests (-m): CONTRACT, or WITH_GUARDS for the patched tree.
     """
-    env = dict(os.environ)
-    if tree is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")]).strip(":")
-    p = subprocess.run(
-        [
-            *upstream.PYTEST,
-            "-rs",
-            "-m",
-            marks,
-            test,
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=paths.root(),
+    root = root or Workspace.current().root
+    r = pytestrun.run(
+        ["-rs", "-m", marks, test, *extra],
+        cwd=root,
+        pythonpath=[tree] if tree else [],
+        env={"CUDA_VISIBLE_DEVICES": ""} if cpu_only else None,
     )
-    lines = [x for x in p.stdout.strip().splitlines() if x.strip()]
-    closing = next(
-        (
-            x
-            for x in reversed(lines)
-            if re.search(
-                r"\d+ (passed|failed|error|skipped|"
-                r"deselected)|no tests ran",
-                x,
-            )
-        ),
-        (lines or ["(no output)"])[-1],
-    )
-    skips = tuple(x.removeprefix("SKIPPED ") for x in lines if x.startswith("SKIPPED "))
-    return Result(p.returncode, closing.strip("= "), str(tree or "installed vllm"), skips)
+    return Result(r.code, r.closing, str(tree or "installed vllm"), r.skip_lines, r.cases)
 
 
-def check_all(base: bool = True) -> list[tuple[series.Entry, Result, Result | None]]:
+def check_all(ws: Workspace, base: bool = True) -> list[tuple[series.Entry, Result, Result | None]]:
     """Run every patch's contract against the installed (patched) vllm and, when ``base``,
     against the plain pin. Returns (entry, patched result, base result)."""
     rows = []
-    base_dir = worktree.base_tree() if base else None
-    for e in series.load():
+    base_dir = worktree.base_tree(ws) if base else None
+    for e in series.load(ws):
         if not e.contract:
             raise SeriesError(
                 f"patch {e.name} names no contract test in patches/series",
                 "add contract=tests/contract/test_<name>.py to its series line",
             )
-        if not (paths.root() / e.contract).exists():
+        if not (ws.root / e.contract).exists():
             raise SeriesError(f"contract {e.contract} of {e.name} does not exist")
-        rows.append(check_one(e, base_dir))
+        rows.append(check_one(e, base_dir, root=ws.root))
     return rows
 
 
 def check_one(
-    e: series.Entry, base_dir: Path | None, patched_dir: Path | None = None
+    e: series.Entry,
+    base_dir: Path | None,
+    patched_dir: Path | None = None,
+    root: Path | None = None,
 ) -> tuple[series.Entry, Result, Result | None]:
     """One patch's contract with its guards on the patched tree (None: the installed vllm),
-    and without them on the base (None: not run)."""
-    patched = run_one(e.contract, patched_dir, marks=WITH_GUARDS)
-    return e, patched, run_one(e.contract, base_dir) if base_dir else None
+    and without them on the base (None: not run); ``root``: the workspace root."""
+    patched = run_one(e.contract, patched_dir, root=root, marks=WITH_GUARDS)
+    return e, patched, run_one(e.contract, base_dir, root=root) if base_dir else None
 
 
 def report(rows) -> bool:
@@ -130,10 +121,16 @@ def report(rows) -> bool:
 
 
 def main(args) -> int:
-    return 0 if report(check_all(base=not args.patched_only)) else 1
+    return 0 if report(check_all(Workspace.current(), base=not args.patched_only)) else 1
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("contract", help="run each patch's contract on base and patched")
+    p = sub.add_parser(
+        "contract",
+        help="run each patch's contract on base and patched",
+        description="Run each patch's contract test (the contract= option in patches/series) "
+        "on the installed patched vLLM and on a clean checkout of the pin; a contract must "
+        "fail on the base and pass with the patch.",
+    )
     p.add_argument("--patched-only", action="store_true", help="skip the run on the base")
     p.set_defaults(func=main)

@@ -1,4 +1,4 @@
-"""Verified, cached, resumable downloads of release files from PyPI.
+"""Verified, cached, resumable downloads of release files from PyPI, and index look-ups.
 
 A file is looked up by name in PyPI's simple index (PEP 691 JSON), downloaded to
 ``<cache>/<name>.part`` (resumed with an HTTP Range request when a partial file exists),
@@ -8,14 +8,16 @@ again on every use; a corrupt one is deleted and fetched once more.
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 import requests
+from packaging.utils import parse_wheel_filename
 from tqdm import tqdm
 
-from vseries import paths
 from vseries.errors import SeriesError
 from vseries.pin import Artefact
+from vseries.workspace import cache_dir
 
 INDEX = os.environ.get("VSERIES_INDEX_URL", "https://pypi.org/simple")
 TIMEOUT_S = 30  # connect/read timeout per request; a dead network fails in seconds, not hours
@@ -31,6 +33,23 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
+def index_files(project: str, session: requests.Session | None = None) -> list[dict]:
+    """The ``files`` of ``project``'s page in the simple index (PEP 691 JSON): dicts with
+    "filename", "url" and "hashes" {"sha256": hex}.
+
+    Raises:
+        requests.RequestException, ValueError: the index is unreachable or answers no JSON
+            (callers say what they were looking for).
+    """
+    r = (session or requests).get(
+        f"{INDEX}/{project}/",
+        timeout=TIMEOUT_S,
+        headers={"Accept": "application/vnd.pypi.simple.v1+json"},
+    )
+    r.raise_for_status()
+    return r.json().get("files", [])
+
+
 def url_for(project: str, filename: str, session: requests.Session) -> str:
     """The download URL of ``filename`` in ``project``'s simple-index page.
 
@@ -38,19 +57,14 @@ def url_for(project: str, filename: str, session: requests.Session) -> str:
         SeriesError: the index is unreachable, or lists no such file (e.g. an unknown tag).
     """
     try:
-        r = session.get(
-            f"{INDEX}/{project}/",
-            timeout=TIMEOUT_S,
-            headers={"Accept": "application/vnd.pypi.simple.v1+json"},
-        )
-        r.raise_for_status()
-    except requests.RequestException as e:
+        files = index_files(project, session)
+    except (requests.RequestException, ValueError) as e:
         raise SeriesError(
             f"cannot reach the package index {INDEX} to look up {filename}: {e}",
             "check the network or proxy, or put the file in the cache by hand "
-            f"({paths.cache_dir()}/{filename}) and run the command again",
+            f"({cache_dir()}/{filename}) and run the command again",
         ) from None
-    for f in r.json().get("files", []):
+    for f in files:
         if f["filename"] == filename:
             return f["url"]
     raise SeriesError(
@@ -93,13 +107,13 @@ def fetch(project: str, art: Artefact, cache: Path | None = None) -> Path:
     Args:
         project: PyPI project name, e.g. "vllm".
         art: file name and expected sha256.
-        cache: cache folder (default paths.cache_dir()).
+        cache: cache folder (default workspace.cache_dir()).
 
     Raises:
         SeriesError: no network and no cached copy; the file is not on the index; or the
             download's sha256 differs from the pin twice in a row (the cached copy is removed).
     """
-    cache = cache or paths.cache_dir()
+    cache = cache or cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     dest = cache / art.filename
     if dest.exists():
@@ -135,3 +149,58 @@ def fetch(project: str, art: Artefact, cache: Path | None = None) -> Path:
         "kept. Either the index serves a different file or the pin is wrong.",
         "compare with the digest PyPI shows for the file, then correct upstream.toml",
     )
+
+
+def release_files(project: str, version: str) -> tuple[Artefact, Artefact | None]:
+    """The source release and the manylinux x86_64 wheel of ``version`` with their sha256,
+    from the simple index. Among several such wheels the highest build tag wins.
+
+    Raises:
+        SeriesError: the index is unreachable or lists no source release of that version.
+    """
+    try:
+        files = index_files(project)
+    except (requests.RequestException, ValueError) as e:
+        raise SeriesError(
+            f"cannot read the package index {INDEX}/{project}/: {e}",
+            "check the network or proxy, then run the same command again",
+        ) from None
+    sdist = next((f for f in files if f["filename"] == f"{project}-{version}.tar.gz"), None)
+    if sdist is None:
+        raise SeriesError(
+            f"{INDEX}/{project}/ has no source release {project}-{version}"
+            ".tar.gz; is the tag right?",
+            f"pip index versions {project}",
+        )
+    wheels = []
+    for f in files:
+        if not f["filename"].endswith(".whl"):
+            continue
+        _, ver, build, tags = parse_wheel_filename(f["filename"])
+        if str(ver) == version and any(
+            t.platform.startswith("manylinux") and t.platform.endswith("x86_64") for t in tags
+        ):
+            wheels.append((build, f))
+
+    def art(f: dict) -> Artefact:
+        return Artefact(f["filename"], f["hashes"]["sha256"])
+
+    return art(sdist), art(max(wheels, key=lambda w: w[0])[1]) if wheels else None
+
+
+def triton_of(torch_version: str) -> str | None:
+    """The Triton version a torch release requires on Linux x86_64 (from the core metadata
+    of its wheel on the index), or None when that cannot be read."""
+    try:
+        f = next(
+            f
+            for f in index_files("torch")
+            if f["filename"].startswith(f"torch-{torch_version}-")
+            and "manylinux" in f["filename"]
+            and "x86_64" in f["filename"]
+        )
+        meta = requests.get(f["url"] + ".metadata", timeout=TIMEOUT_S).text
+    except (requests.RequestException, ValueError, KeyError, StopIteration):
+        return None
+    m = re.search(r"^Requires-Dist: triton\s*(?:==|~=|>=)\s*([\w.]+)", meta, re.M)
+    return m.group(1) if m else None

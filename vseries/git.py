@@ -1,11 +1,31 @@
-"""Thin wrappers over the git command line (the real git; no library re-implements am)."""
+"""Thin wrappers over the git command line (the real git; no library re-implements am).
+
+Every git call of the package goes through ``run`` (raises on failure) or ``call`` (never
+raises), with the same fixed settings, an optional timeout, and no terminal prompts; the
+worktree helpers make and remove the extra checkouts the verbs need.
+"""
 
 import os
+import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from vseries.errors import SeriesError
+
+# Seconds a network git call (fetch, submodule update, ls-remote) may take before its route
+# counts as unreachable; VSERIES_GIT_TIMEOUT overrides it.
+NETWORK_TIMEOUT_S = int(os.environ.get("VSERIES_GIT_TIMEOUT", "300"))
+
+
+def offline() -> bool:
+    """True when VSERIES_OFFLINE=1: the git routes to upstream are not tried (the package
+    index still is)."""
+    return os.environ.get("VSERIES_OFFLINE") == "1"
+
 
 # Settings that would change what format-patch or am produce; fixed so that output is the
 # same on every machine whatever the user's ~/.gitconfig says.
@@ -50,39 +70,78 @@ class GitError(SeriesError):
         super().__init__(f"git {' '.join(args)} failed in {cwd}:\n{output.strip()}")
 
 
+@dataclass
+class Result:
+    """What one git call gave: exit code (124 when it ran past its timeout), stdout, stderr."""
+
+    code: int
+    out: str
+    err: str
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0
+
+
+def call(
+    repo: Path,
+    *args: str,
+    env: dict | None = None,
+    input: str | None = None,
+    timeout: float | None = None,
+) -> Result:
+    """Run ``git -C repo <args>`` with the stable settings; never raises.
+
+    Args:
+        env: extra environment variables (on top of os.environ, LC_ALL=C, no prompts).
+        input: text for git's stdin.
+        timeout: seconds; past it the call is killed and gives code 124.
+    """
+    full_env = {**os.environ, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", **(env or {})}
+    try:
+        p = subprocess.run(
+            ["git", "-C", str(repo), *STABLE, *args],
+            capture_output=True,
+            text=True,
+            errors="replace",  # a binary patch or file name must not raise here
+            env=full_env,
+            input=input,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return Result(124, "", f"no answer within {timeout:g} s")
+    return Result(p.returncode, p.stdout, p.stderr)
+
+
 def run(
-    repo: Path, *args: str, check: bool = True, env: dict | None = None, input: str | None = None
+    repo: Path,
+    *args: str,
+    check: bool = True,
+    env: dict | None = None,
+    input: str | None = None,
+    timeout: float | None = None,
 ) -> str:
     """Run ``git -C repo <args>`` with the stable settings; return stdout (stripped of one
     trailing newline).
 
     Raises:
-        GitError: when check is true and git exits non-zero (stdout+stderr in .output).
+        GitError: when check is true and git exits non-zero or runs past ``timeout`` seconds
+            (stdout+stderr in .output).
     """
-    full_env = {**os.environ, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", **(env or {})}
-    p = subprocess.run(
-        ["git", "-C", str(repo), *STABLE, *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        input=input,
-    )
-    if check and p.returncode != 0:
-        raise GitError(list(args), p.stdout + p.stderr, repo)
-    out = p.stdout
-    return out[:-1] if out.endswith("\n") else out
+    r = call(repo, *args, env=env, input=input, timeout=timeout)
+    if check and not r.ok:
+        raise GitError(list(args), r.out + r.err, repo)
+    return r.out[:-1] if r.out.endswith("\n") else r.out
 
 
 def ok(repo: Path, *args: str) -> bool:
     """True when ``git -C repo <args>`` exits 0."""
-    return (
-        subprocess.run(
-            ["git", "-C", str(repo), *STABLE, *args],
-            capture_output=True,
-            env={**os.environ, "LC_ALL": "C"},
-        ).returncode
-        == 0
-    )
+    return call(repo, *args).ok
+
+
+def tracked(repo: Path, path: str) -> bool:
+    """True when the git repository at ``repo`` tracks ``path`` (relative to it)."""
+    return ok(repo, "ls-files", "--error-unmatch", "--", path)
 
 
 def is_repo(path: Path) -> bool:
@@ -162,18 +221,18 @@ def patch_id(repo: Path, diff_text: str) -> str | None:
     return out.split()[0] if out else None
 
 
-def patch_message(repo: Path, patch_text: str) -> str:
-    """The commit message ``git am -k`` makes of a patch email (``git mailinfo -k``)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        msg, pat = Path(tmp, "msg"), Path(tmp, "patch")
-        info = run(repo, "mailinfo", "-k", str(msg), str(pat), input=patch_text)
-        subject = next((ln[9:] for ln in info.splitlines() if ln.startswith("Subject: ")), "")
-        return f"{subject}\n\n{msg.read_text(errors='replace')}"
-
-
 def same_message(a: str, b: str) -> bool:
     """Two commit messages equal up to whitespace (line wrapping, trailing blank lines)."""
     return a.split() == b.split()
+
+
+def gitlink(superproject: Path, path: str = "vllm") -> str | None:
+    """The commit a superproject's index records for submodule ``path`` (its gitlink), or
+    None when the folder is no git repository or has no such entry."""
+    if not (superproject / ".git").exists():
+        return None
+    out = run(superproject, "ls-files", "-s", path, check=False)
+    return out.split()[1] if out.startswith("160000 ") else None
 
 
 def commit_patch_ids(repo: Path, base: str, tip: str) -> list[tuple[str, str]]:
@@ -184,3 +243,43 @@ def commit_patch_ids(repo: Path, base: str, tip: str) -> list[tuple[str, str]]:
         diff = run(repo, "show", "--format=", "--full-index", c)
         result.append((c, patch_id(repo, diff) or ""))
     return result
+
+
+# ---- extra checkouts of a repository ---------------------------------------------------------
+
+
+def add_worktree(repo: Path, dest: Path, commit: str) -> Path:
+    """A detached worktree of ``repo`` at ``commit`` in ``dest``: made on first use, moved
+    back to ``commit`` (discarding changes in it: it is ours) when it has moved or is dirty,
+    remade when ``dest`` is no worktree. Returns dest."""
+    if not is_repo(dest):
+        shutil.rmtree(dest, ignore_errors=True)
+        run(repo, "worktree", "prune")
+        run(repo, "worktree", "add", "-q", "--detach", str(dest), commit)
+    elif rev(dest, "HEAD") != rev(repo, commit) or dirty(dest):
+        run(dest, "checkout", "-q", "-f", "--detach", commit)
+    return dest
+
+
+def remove_worktree(repo: Path, dest: Path) -> None:
+    """Remove a worktree of ``repo`` (and whatever is left of its folder); never raises."""
+    if dest.exists():
+        call(repo, "worktree", "remove", "--force", str(dest))
+        shutil.rmtree(dest, ignore_errors=True)
+    call(repo, "worktree", "prune")
+
+
+@contextmanager
+def temp_worktree(repo: Path, commit: str, parent: Path | None = None) -> Iterator[Path]:
+    """A detached worktree of ``repo`` at ``commit`` in a new temporary folder (under
+    ``parent`` when given) for the block; removed afterwards, whatever happens."""
+    if parent is not None:
+        parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="vseries-wt-", dir=parent))
+    dest = scratch / "worktree"
+    try:
+        run(repo, "worktree", "add", "-q", "--detach", str(dest), commit)
+        yield dest
+    finally:
+        remove_worktree(repo, dest)
+        shutil.rmtree(scratch, ignore_errors=True)

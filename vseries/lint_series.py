@@ -5,14 +5,16 @@ Standard library only (pre-commit runs it with the system python3)."""
 import re
 import sys
 
-from vseries import paths, series
+from vseries import series
 from vseries.errors import SeriesError
+from vseries.workspace import Workspace
 
 
-def problems() -> list[str]:
+def problems(ws: Workspace | None = None) -> list[str]:
     """One line per problem found; empty when the series is sound."""
+    ws = ws or Workspace.current()
     try:
-        entries = series.load()
+        entries = series.load(ws)
     except SeriesError as e:
         return [str(e)]
     out = []
@@ -22,7 +24,7 @@ def problems() -> list[str]:
             out.append(f"{e.name}: no Signed-off-by (vLLM requires the DCO): git commit -s")
         if not e.contract:
             out.append(f"{e.name}: no contract=<test> option in patches/series")
-        elif not (paths.root() / e.contract).is_file():
+        elif not (ws.root / e.contract).is_file():
             out.append(f"{e.name}: contract {e.contract} does not exist")
     return out
 

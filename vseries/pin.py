@@ -1,12 +1,17 @@
-"""The pin: ``upstream.toml`` read with tomllib into a small dataclass."""
+"""The pin: ``upstream.toml`` read with tomllib into a small dataclass; the only module that
+writes it (``dump`` keeps its comments and layout; ``move`` records a rebase's new release).
+"""
 
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from vseries import paths
 from vseries.errors import SeriesError
+from vseries.workspace import Workspace
+
+# The line move() writes above a synthetic commit id: how that id was obtained.
+NOTE = "# rebase-note: "
 
 _SHA1 = re.compile(r"^[0-9a-f]{40}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -51,13 +56,13 @@ class Pin:
 
 
 def load(path: Path | None = None) -> Pin:
-    """Read and validate the pin file.
+    """Read and validate the pin file (default: the current workspace's upstream.toml).
 
     Raises:
         SeriesError: the file is missing, is not TOML, lacks a key, or holds a malformed
             commit id or sha256.
     """
-    path = path or paths.root() / "upstream.toml"
+    path = path or Workspace.current().pin_file
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
@@ -86,9 +91,8 @@ def load(path: Path | None = None) -> Pin:
     return pin
 
 
-def dump(pin: Pin, path: Path | None = None) -> None:
+def dump(pin: Pin, path: Path) -> None:
     """Rewrite the pin file's values in place, keeping its comments and layout."""
-    path = path or paths.root() / "upstream.toml"
     text = path.read_text()
     section = ""
     out = []
@@ -116,3 +120,46 @@ def dump(pin: Pin, path: Path | None = None) -> None:
             line = f'{kv.group(1)} = "{values[section][kv.group(1)]}"\n'
         out.append(line)
     path.write_text("".join(out))
+
+
+def move(
+    path: Path,
+    tag: str,
+    commit: str,
+    source: Artefact,
+    wheel: Artefact,
+    torch: str,
+    triton: str,
+    upstream_id: str | None = None,
+) -> Pin:
+    """Move the pin in ``path`` to a new release (what a finished rebase does).
+
+    Comments that name the old torch version follow the new one. When ``upstream_id`` is
+    given, ``commit`` is the synthetic commit made from the source release and upstream's
+    real id is known only as ``upstream_id`` (a short id): a ``# rebase-note:`` line above
+    ``commit`` says so and how to record the full id; an older note is removed.
+
+    Returns:
+        The new pin.
+    """
+    old = load(path)
+    new = replace(
+        old, tag=tag, commit=commit, source=source, wheel=wheel, torch=torch, triton=triton
+    )
+    dump(new, path)
+    lines = [
+        ln.replace(f"torch {old.torch}", f"torch {torch}") if ln.startswith("#") else ln
+        for ln in path.read_text().splitlines(keepends=True)
+        if not ln.startswith(NOTE)
+    ]
+    if upstream_id:
+        i = next(i for i, ln in enumerate(lines) if ln.startswith("commit = "))
+        lines.insert(
+            i,
+            f"{NOTE}commit is the synthetic commit made from {source.filename}; "
+            f"upstream's id is known only as {upstream_id} (vllm/_version.py). "
+            "With the full id: git -C vllm replace <full id> <this commit>, put "
+            "the full id here, git update-index --cacheinfo 160000,<full id>,vllm\n",
+        )
+    path.write_text("".join(lines))
+    return new

@@ -9,9 +9,10 @@ import filecmp
 import tempfile
 from pathlib import Path
 
-from vseries import apply, git, paths, series
+from vseries import am, git, series
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
+from vseries.workspace import Workspace
 
 FORMAT = [
     "format-patch",
@@ -31,7 +32,7 @@ def export(vdir: Path, base: str, tip: str, out: Path) -> list[Path]:
     return [Path(n) for n in names.splitlines() if n]
 
 
-def refresh(prune: bool = False) -> dict[str, list[str]]:
+def refresh(prune: bool = False, ws: Workspace | None = None) -> dict[str, list[str]]:
     """Rewrite patches/ and patches/series from vllm/'s commits on top of the pin.
 
     Options of series lines (contract=...) follow their patch by patch-id, else by name.
@@ -39,6 +40,7 @@ def refresh(prune: bool = False) -> dict[str, list[str]]:
     Args:
         prune: allow dropping series entries whose commit is not on HEAD (without it such a
             refresh is refused: it usually means the wrong branch is checked out).
+        ws: the workspace (default: the current one).
 
     Returns:
         {"added": [...], "changed": [...], "unchanged": [...], "removed": [...]} file names.
@@ -47,8 +49,9 @@ def refresh(prune: bool = False) -> dict[str, list[str]]:
         SeriesError: vllm/ is missing, mid-am, dirty, on a detached HEAD, or its HEAD does not
             descend from the pin; a patch would be removed without ``prune``.
     """
-    pin = pinmod.load()
-    vdir = paths.vllm_dir()
+    ws = ws or Workspace.current()
+    pin = pinmod.load(ws.pin_file)
+    vdir = ws.vllm
     git.require_checkout(vdir)
     git.require_clean(
         vdir,
@@ -70,8 +73,8 @@ def refresh(prune: bool = False) -> dict[str, list[str]]:
             f"vllm/ HEAD does not descend from the pin {pin.tag}",
             "scripts/apply.sh   # or scripts/rebase.sh for a new upstream",
         )
-    fresh = not (paths.patches_dir() / "series").exists()
-    kept = sorted(p.name for p in paths.patches_dir().glob("*.patch"))
+    fresh = not ws.series_file.exists()
+    kept = sorted(p.name for p in ws.patches.glob("*.patch"))
     if fresh and kept:  # a lost series: a new one would lose its order's options
         raise SeriesError(
             f"patches/series is missing, but patches/ holds {kept}",
@@ -79,7 +82,11 @@ def refresh(prune: bool = False) -> dict[str, list[str]]:
         )
     # A series or patch file refresh cannot read is refused, not overwritten: it may be a
     # hand edit gone wrong. A listed file that is missing is what refresh writes.
-    header, old = ([], []) if fresh else (series.read()[0], series.load(missing_ok=True))
+    header, old = (
+        ([], [])
+        if fresh
+        else (series.read(ws.series_file, ws)[0], series.load(ws, missing_ok=True))
+    )
     by_name = {e.name: e for e in old}
     by_id = {}
     for e in old:
@@ -95,10 +102,10 @@ def refresh(prune: bool = False) -> dict[str, list[str]]:
         matched = {prev.name for _, prev in exported if prev}
         gone = [e for e in old if e.name not in matched]
         if gone and not prune:
-            raise _would_drop(vdir, gone)
+            raise _would_drop(ws, gone)
         for f, prev in exported:
             new_entries.append(series.Entry(f.name, dict(prev.options) if prev else {}))
-            dest = paths.patches_dir() / f.name
+            dest = ws.patches / f.name
             if dest.exists() and filecmp.cmp(f, dest, shallow=False):
                 report["unchanged"].append(f.name)
             else:
@@ -110,11 +117,8 @@ def refresh(prune: bool = False) -> dict[str, list[str]]:
             e.path.unlink()
             report["removed"].append(e.name)
     if fresh:
-        header = [
-            "# The series: patch files in order of application (git am -3 on the pin).",
-            "# Options: contract=<test file> names the patch's workspace contract test.",
-        ]
-    series_changed = series.write(header, new_entries)
+        header = series.HEADER
+    series_changed = series.write(header, new_entries, ws.series_file)
     print(
         f"refresh: {len(new_entries)} patches; added {len(report['added'])}, "
         f"changed {len(report['changed'])}, unchanged "
@@ -127,13 +131,13 @@ def refresh(prune: bool = False) -> dict[str, list[str]]:
     return report
 
 
-def _would_drop(vdir: Path, gone: list[series.Entry]) -> SeriesError:
+def _would_drop(ws: Workspace, gone: list[series.Entry]) -> SeriesError:
     """The refusal to drop series entries that vllm/ HEAD has no commit for, with the
     command that fits: restore a missing file, apply a series that vllm/ is behind, or check
     out the branch that holds it."""
     missing = [e.name for e in gone if not e.path.exists()]
     held = [e.name for e in gone if e.path.exists()]
-    branch = git.head_branch(vdir)
+    branch = git.head_branch(ws.vllm)
     what = []
     if held:
         what.append(
@@ -145,18 +149,16 @@ def _would_drop(vdir: Path, gone: list[series.Entry]) -> SeriesError:
             f"patches/series names {', '.join(missing)}, which neither patches/ nor vllm/ "
             "HEAD holds; refresh would drop their lines"
         )
-    restore = missing and series.restore_cmd(paths.patches_dir() / missing[0])
+    restore = missing and series.restore_cmd(ws, ws.patches / missing[0])
     prune = "scripts/refresh.sh --prune to drop them on purpose"
     if restore:
         fix = f"{restore}   # restore it; or {prune}"
     elif missing:
         fix = "scripts/refresh.sh --prune   # drops their lines from patches/series"
-    elif branch == apply.BRANCH:
+    elif branch == am.BRANCH:
         fix = f"scripts/apply.sh   # put the series' patches into vllm/ first; or {prune}"
     else:
-        fix = (
-            f"git -C vllm checkout {apply.BRANCH}   # the branch that holds the series; or {prune}"
-        )
+        fix = f"git -C vllm checkout {am.BRANCH}   # the branch that holds the series; or {prune}"
     return SeriesError("; ".join(what), fix)
 
 
@@ -166,7 +168,13 @@ def main(args) -> int:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("refresh", help="export vllm/'s commits on the pin into patches/")
+    p = sub.add_parser(
+        "refresh",
+        help="export vllm/'s commits on the pin into patches/",
+        description="Export the commits on top of the pin in vllm/ (the branch you work on) "
+        "into patches/ and patches/series, byte-stable: an unchanged series rewrites no "
+        "file. Series options follow their patch.",
+    )
     p.add_argument(
         "--prune",
         action="store_true",

@@ -1,62 +1,51 @@
 """test: run the tiers — workspace (CPU), contract (base vs patched), upstream (CUDA hosts).
 
-A tier that fails, or that collects no test, makes the run fail. The upstream tier needs a
-CUDA device; without one it is reported as not run, with the reason, and does not count as a
-pass or a failure.
+``--fast`` is the edit-test loop: the workspace tier without the tests marked ``slow`` (real
+rebases, the real series end to end). The full run (what CI runs) is every tier with every
+test. A tier that fails, or that collects no test, makes the run fail. The upstream tier
+needs a CUDA device; without one it is reported as not run, with the reason, and does not
+count as a pass or a failure.
 """
 
 import shutil
 import subprocess
-import sys
 import time
 
-from vseries import contract, paths, upstream, worktree
+from vseries import contract, host, upstream, worktree
 from vseries.errors import SeriesError
+from vseries.pytestrun import PYTEST
+from vseries.workspace import Workspace
 
 TIERS = ("workspace", "contract", "upstream")
+FAST = ("workspace",)
 
 
-def cuda_available() -> bool:
-    """True when torch sees a CUDA device (checked in a fresh interpreter)."""
-    p = subprocess.run(
-        [sys.executable, "-c", "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"],
-        capture_output=True,
-    )
-    return p.returncode == 0
-
-
-def installed_tree_ok() -> None:
-    """Refuse to test before the main job has run: vllm must import from vllm/."""
-    p = subprocess.run(
-        [sys.executable, "-c", "import importlib.util as u; print(u.find_spec('vllm').origin)"],
-        capture_output=True,
-        text=True,
-        cwd="/",
-    )
-    where = p.stdout.strip()
-    if p.returncode != 0 or not where.startswith(str(paths.vllm_dir())):
+def installed_tree_ok(ws: Workspace) -> None:
+    """Refuse to test vLLM before the main job has run: vllm must import from vllm/."""
+    ok, where = host.probe("import importlib.util as u; print(u.find_spec('vllm').origin)")
+    if not ok or not where.startswith(str(ws.vllm)):
         raise SeriesError(
-            f"vllm is not installed from {paths.vllm_dir()} ({where or 'absent'})",
+            f"vllm is not installed from {ws.vllm} ({where if ok else 'absent'})",
             "scripts/setup.sh",
         )
 
 
-def tier_workspace() -> bool:
+def tier_workspace(ws: Workspace, fast: bool) -> bool:
+    """pytest tests/workspace (fast: ``-m "not slow"``), output as it runs."""
     code = subprocess.call(
-        [*upstream.PYTEST, "tests/workspace"],
-        cwd=paths.root(),
+        [*PYTEST, "tests/workspace", *(["-m", "not slow"] if fast else [])], cwd=ws.root
     )
     if code == 5:
         print("workspace tier: collected no test — that is a failure")
     return code == 0
 
 
-def tier_contract() -> bool:
-    return contract.report(contract.check_all(base=True))
+def tier_contract(ws: Workspace, fast: bool) -> bool:
+    return contract.report(contract.check_all(ws, base=True))
 
 
-def tier_upstream() -> bool | None:
-    if not cuda_available():
+def tier_upstream(ws: Workspace, fast: bool) -> bool | None:
+    if not host.torch_cuda():
         print(
             "upstream tier: not run — no CUDA device here. It runs vLLM's own kernel tests "
             "(tests/upstream.toml) on base and patched; on an H200: scripts/test.sh "
@@ -64,33 +53,52 @@ def tier_upstream() -> bool | None:
         )
         return None
     text, ok = upstream.compare(
-        worktree.base_tree(),
-        paths.vllm_dir(),
-        upstream.load_selections(paths.root() / "tests/upstream.toml"),
-        paths.state_dir() / "upstream",
+        worktree.base_tree(ws),
+        ws.vllm,
+        upstream.load_selections(ws.root / "tests/upstream.toml"),
+        ws.state / "upstream",
     )
     print(text)
-    (paths.state_dir() / "upstream-report.md").write_text(text)
+    (ws.state / "upstream-report.md").write_text(text)
     return ok
 
 
+RUN = {"workspace": tier_workspace, "contract": tier_contract, "upstream": tier_upstream}
+
+
 def main(args) -> int:
-    installed_tree_ok()
-    tiers = args.tier or list(TIERS)
+    ws = Workspace.current()
+    tiers = args.tier or list(FAST if args.fast else TIERS)
+    if set(tiers) & {"contract", "upstream"}:  # these import the installed vLLM
+        installed_tree_ok(ws)
     results = {}
     for t in tiers:
         print(f"\n=== tier {t} " + "=" * 60)
         start = time.monotonic()
-        results[t] = (globals()[f"tier_{t}"](), time.monotonic() - start)
+        results[t] = (RUN[t](ws, args.fast), time.monotonic() - start)
     print("\n=== summary " + "=" * 60)
     width = shutil.get_terminal_size().columns
     for t, (ok, secs) in results.items():
         state = "not run (no CUDA)" if ok is None else "passed" if ok else "FAILED"
         print(f"  {t:10} {state:20} {secs:6.1f} s"[:width])
+    if args.fast:
+        left = [t for t in TIERS if t not in tiers]
+        print(f"  --fast: tests marked slow deselected; not run: {', '.join(left) or '-'}"[:width])
     return 1 if any(ok is False for ok, _ in results.values()) else 0
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("test", help="run the test tiers: workspace, contract, upstream")
+    p = sub.add_parser(
+        "test",
+        help="run the test tiers: workspace, contract, upstream",
+        description="Run the test tiers: workspace (the tool, on CPU), contract (each patch's "
+        "contract: fails on the base, passes patched), upstream (vLLM's own kernel tests, "
+        "base vs patched; CUDA hosts only). --fast: the workspace tier without slow tests.",
+    )
     p.add_argument("--tier", action="append", choices=TIERS, help="run only this tier (repeat)")
+    p.add_argument(
+        "--fast",
+        action="store_true",
+        help="the quick loop: workspace tier, tests marked slow deselected",
+    )
     p.set_defaults(func=main)

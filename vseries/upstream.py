@@ -11,17 +11,14 @@ is a regression.
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 import tomllib
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from vseries import pytestrun
+
 HERE = Path(__file__).resolve().parent.parent
-# pytest in a fresh interpreter: -P keeps the working directory (the workspace root, whose
-# vllm/ folder would shadow the tree under test) off sys.path; no cache files in the trees.
-PYTEST = [sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
 
 
 def load_selections(path: Path) -> list[dict]:
@@ -29,43 +26,25 @@ def load_selections(path: Path) -> list[dict]:
     return tomllib.loads(path.read_text()).get("select", [])
 
 
-def run_selection(tree: Path, sel: dict, xml: Path, pythonpath: str) -> tuple[int, float]:
-    """Run one selection in one tree; returns (pytest exit code, wall time in s).
+def run_selection(
+    tree: Path, sel: dict, xml: Path, pythonpath: str
+) -> tuple[dict[str, str], int, float]:
+    """Run one selection in one tree (its output shown as it runs), its JUnit report in xml.
 
-    A selection's ``timeout`` (s) bounds it; a run that hits it returns 124 and keeps the
-    outcomes its JUnit file never got (so its tests count as absent, not passed)."""
-    cmd = [
-        *PYTEST,
-        sel["path"],
-        f"--junitxml={xml}",
-    ] + (["-k", sel["k"]] if sel.get("k") else [])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(tree), pythonpath) if p)}
+    A selection's ``timeout`` (s) bounds it; a run that hits it gives exit code 124 and none
+    of the outcomes its report never got (so its tests count as absent, not passed).
+
+    Returns:
+        ({test id ``classname::name``: passed / failed / error / skipped}, pytest exit code,
+        wall time in s).
+    """
+    args = [sel["path"]] + (["-k", sel["k"]] if sel.get("k") else [])
+    # the tree and the extra folders only: nothing of the caller's PYTHONPATH
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(tree), pythonpath) if p)}
     t = time.monotonic()
-    try:
-        code = subprocess.run(cmd, cwd=tree, env=env, timeout=sel.get("timeout")).returncode
-    except subprocess.TimeoutExpired:
-        code = 124
-    return code, time.monotonic() - t
-
-
-def outcomes(xml: Path) -> dict[str, str]:
-    """test id -> passed / failed / error / skipped, from a JUnit XML file (empty if none)."""
-    if not xml.exists():
-        return {}
-    result = {}
-    for case in ET.parse(xml).getroot().iter("testcase"):
-        tid = f"{case.get('classname')}::{case.get('name')}"
-        kinds = {child.tag for child in case}
-        result[tid] = (
-            "failed"
-            if "failure" in kinds
-            else "error"
-            if "error" in kinds
-            else "skipped"
-            if "skipped" in kinds
-            else "passed"
-        )
-    return result
+    r = pytestrun.run(args, cwd=tree, env=env, timeout=sel.get("timeout"), capture=False, xml=xml)
+    outcomes = {f"{c.classname}::{c.name}": c.outcome for c in r.cases}
+    return outcomes, r.code, time.monotonic() - t
 
 
 def count(res: dict[str, str]) -> str:
@@ -86,13 +65,11 @@ def compare(
     problems = []
     for i, sel in enumerate(sels):
         name = f"`{sel['path']}`" + (f" -k `{sel['k']}`" if sel.get("k") else "")
-        pres_code, pt = run_selection(patched, sel, work / f"p{i}.xml", pythonpath)
-        pres = outcomes(work / f"p{i}.xml")
+        pres, pres_code, pt = run_selection(patched, sel, work / f"p{i}.xml", pythonpath)
         if sel.get("patched_only") or base is None:
             bres, bt, btxt = {}, 0.0, "(added by the patch)" if sel.get("patched_only") else "-"
         else:
-            _, bt = run_selection(base, sel, work / f"b{i}.xml", pythonpath)
-            bres = outcomes(work / f"b{i}.xml")
+            bres, _, bt = run_selection(base, sel, work / f"b{i}.xml", pythonpath)
             btxt = count(bres)
         lines.append(f"| {name} | {btxt} | {count(pres)} | {bt:.0f} / {pt:.0f} |")
         print("upstream:", lines[-1], flush=True)  # seen even if a host limit cuts the run

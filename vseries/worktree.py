@@ -1,28 +1,23 @@
-"""A clean checkout of the plain pin beside vllm/, for running things against the base."""
+"""The base tree: a clean checkout of the plain pin beside vllm/, for running things (the
+contract and upstream tiers) against the base."""
 
-import shutil
 from pathlib import Path
 
-from vseries import git, paths
+from vseries import git
 from vseries import pin as pinmod
+from vseries.workspace import Workspace
 
 KERNELS = ("_C.abi3.so", "_moe_C.abi3.so", "_C_stable_libtorch.abi3.so", "cumem_allocator.abi3.so")
 
 
-def base_tree() -> Path:
+def base_tree(ws: Workspace) -> Path:
     """``.vseries/base``: a detached worktree of vllm/ at the pin, with the release kernels
     linked in from vllm/ when they are there (so GPU tests can load them). Made on first use,
     moved back to the pin (discarding nothing of the user's: it is ours) on later ones."""
-    pin = pinmod.load()
-    vdir, dest = paths.vllm_dir(), paths.state_dir() / "base"
-    if not git.is_repo(dest):
-        shutil.rmtree(dest, ignore_errors=True)
-        git.run(vdir, "worktree", "prune")
-        git.run(vdir, "worktree", "add", "-q", "--detach", str(dest), pin.commit)
-    elif git.rev(dest, "HEAD") != pin.commit or git.dirty(dest):
-        git.run(dest, "checkout", "-q", "-f", "--detach", pin.commit)
+    pin = pinmod.load(ws.pin_file)
+    dest = git.add_worktree(ws.vllm, ws.state / "base", pin.commit)
     for so in KERNELS:
-        src, link = vdir / "vllm" / so, dest / "vllm" / so
+        src, link = ws.vllm / "vllm" / so, dest / "vllm" / so
         if src.exists() and not link.exists():
             link.symlink_to(src)
     return dest

@@ -25,10 +25,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from vseries import git, paths, series
+from vseries import am, git, series
 from vseries import pin as pinmod
-from vseries.apply import AM_ENV
 from vseries.errors import SeriesError
+from vseries.workspace import Workspace
 
 TREE_JSON = "VSERIES_TREE.json"
 
@@ -89,12 +89,13 @@ def build(name: str, root: Path | None = None) -> Path:
         SeriesError: a patch does not apply (the am session is aborted first).
     """
     name = canonical(name)
-    pin = pinmod.load()
-    _, entries = series.read()
+    ws = Workspace.current()
+    pin = pinmod.load(ws.pin_file)
+    _, entries = series.read(ws.series_file)
     k = patch_count(name, len(entries))
     chosen = entries[:k]
-    vdir = paths.vllm_dir()
-    dest = (root or paths.state_dir() / "trees") / name
+    vdir = ws.vllm
+    dest = (root or ws.state / "trees") / name
     want = {
         "name": name,
         "pin": pin.commit,
@@ -115,16 +116,7 @@ def build(name: str, root: Path | None = None) -> Path:
         git.run(dest, "checkout", "-q", "-f", "--detach", pin.commit)
         git.run(dest, "clean", "-q", "-fd")
     if chosen:
-        out = git.run(
-            dest,
-            "am",
-            "-3",
-            "-k",
-            "--committer-date-is-author-date",
-            *[str(e.path) for e in chosen],
-            check=False,
-            env=AM_ENV,
-        )
+        out = am.am(dest, [e.path for e in chosen])  # as apply makes the series' commits
         if git.in_progress(dest):
             git.run(dest, "am", "--abort", check=False)
             raise SeriesError(f"tree {name}: the series does not apply on the pin:\n{out}")
@@ -138,7 +130,7 @@ def build(name: str, root: Path | None = None) -> Path:
 
 def stage_command(trees: dict[str, Path], recipe: str = "../shared/gpu") -> str:
     """The recipe's stage.py line for these trees (run from the workspace root)."""
-    root = paths.root()
+    root = Workspace.current().root
     srcs = " ".join(
         f"--src {n}={p.relative_to(root) if p.is_relative_to(root) else p}"
         for n, p in trees.items()

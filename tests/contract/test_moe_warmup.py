@@ -33,7 +33,7 @@ pytestmark = pytest.mark.contract
 
 triton = pytest.importorskip("triton")
 
-from vseries import recompile  # noqa: E402  (after importorskip)
+from vseries.lab import recompile  # noqa: E402  (after importorskip)
 
 recompile.use_vllm_tree()
 

@@ -1,4 +1,4 @@
-"""Fixtures: the real v0.21.0 tree (built once from the verified source release), throw-away
+"""Fixtures: the real pinned tree (built once from the verified source release), throw-away
 workspace copies that point VSERIES_ROOT at it, small synthetic repos, and a local package
 index served on 127.0.0.1 for the download tests."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from vseries import fetch, materialise
+from vseries import fetch, release
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
 
@@ -36,10 +36,10 @@ def pin() -> pinmod.Pin:
 
 @pytest.fixture(scope="session")
 def pristine(tmp_path_factory, pin) -> Path:
-    """The real vLLM v0.21.0 tree as a git repo at the pinned id (from the cached sdist)."""
+    """The real vLLM tree of the pin as a git repo at the pinned id (from the cached sdist)."""
     tarball = fetch.fetch(pin.package, pin.source)
     dest = tmp_path_factory.mktemp("pristine") / "vllm"
-    materialise.repo_from_sdist(tarball, dest, pin.commit, pin.tag, "sdist (test)")
+    release.repo_from_sdist(tarball, dest, pin.commit, pin.tag, "sdist (test)")
     return dest
 
 

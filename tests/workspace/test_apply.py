@@ -5,7 +5,7 @@ patch, file and hunk failed."""
 import pytest
 from conftest import git, make_patch
 
-from vseries import apply, refresh, series
+from vseries import apply, patchfile, refresh, series
 from vseries.errors import SeriesError
 
 
@@ -21,7 +21,7 @@ def test_real_series_applies_one_commit_per_patch(ws, pin):
     assert git(vdir, "rev-list", "--count", f"{pin.commit}..HEAD") == str(len(entries))
     assert git(vdir, "symbolic-ref", "--short", "HEAD") == apply.BRANCH
     subjects = git(vdir, "log", "--reverse", "--format=%s", f"{pin.commit}..HEAD").splitlines()
-    assert subjects == [series.subject(e.path) for e in entries]  # [Perf][Kernel] tags kept
+    assert subjects == [patchfile.subject(e.path) for e in entries]  # [Perf][Kernel] tags kept
     assert git(vdir, "status", "--porcelain") == ""
 
 
@@ -172,7 +172,7 @@ def test_keep_conflict_queues_the_rest_and_refresh_keeps_every_patch(tiny):
     assert (tiny / "patches" / p2.name).exists()
     git(vdir, "checkout", "-q", "-B", "series")
     refresh.refresh()
-    assert [series.subject(e.path) for e in series.load()] == ["[P] b", "[P] a"]
+    assert [patchfile.subject(e.path) for e in series.load()] == ["[P] b", "[P] a"]
 
 
 def test_failed_force_apply_leaves_no_backup_refs(tiny):

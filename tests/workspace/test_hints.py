@@ -4,7 +4,7 @@
 import pytest
 from conftest import follow_hints, git, make_patch
 
-from vseries import apply, refresh, series
+from vseries import apply, patchfile, refresh, series
 from vseries import git as vgit
 
 
@@ -28,7 +28,7 @@ def test_dirty_vllm_hint_keeps_untracked_files(one):
     (vdir / "new.py").write_text("new = 1\n")
     ran = follow_hints(one, apply.apply)
     assert len(ran) == 1 and "add -A" in ran[0]
-    mine = [e for e in series.load() if series.subject(e.path) == "[P] my work"]
+    mine = [e for e in series.load() if patchfile.subject(e.path) == "[P] my work"]
     assert len(mine) == 1 and "new.py" in mine[0].path.read_text()
     assert "+x = 3" in mine[0].path.read_text()
     assert git(vdir, "status", "--porcelain") == ""

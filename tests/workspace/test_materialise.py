@@ -6,7 +6,7 @@ import subprocess
 import pytest
 from conftest import ROOT, git
 
-from vseries import materialise, paths
+from vseries import materialise
 from vseries.errors import SeriesError
 
 
@@ -37,8 +37,8 @@ def test_source_release_route_gives_a_clean_submodule(superproject, pin, capsys)
         text=True,
         check=True,
     ).stdout
-    assert status == f" {pin.commit} vllm (v0.21.0)\n"  # leading space: clean, at the gitlink
-    assert git(vdir, "describe") == "v0.21.0"
+    assert status == f" {pin.commit} vllm ({pin.tag})\n"  # leading space: clean, at the gitlink
+    assert git(vdir, "describe") == pin.tag
     assert materialise.source_of(vdir).startswith(f"sdist {pin.source.filename}")
     assert (vdir / "vllm" / "model_executor" / "layers" / "fused_moe" / "fused_moe.py").exists()
     assert not (vdir / "PKG-INFO").exists() and not (vdir / "setup.cfg").exists()
@@ -70,9 +70,9 @@ def test_git_route_without_network_falls_back(superproject, monkeypatch, capsys)
     assert not any((superproject / "vllm").iterdir())
 
 
-def test_real_workspace_submodule_is_registered():
+def test_real_workspace_submodule_is_registered(pin):
     """The committed gitlink is the pin (what `git submodule status` compares against)."""
     out = subprocess.run(
-        ["git", "-C", str(paths.ROOT), "ls-files", "-s", "vllm"], capture_output=True, text=True
+        ["git", "-C", str(ROOT), "ls-files", "-s", "vllm"], capture_output=True, text=True
     ).stdout
-    assert out.startswith("160000 9da56fd18b95ff1b11360e8400f7c41b126d190b")
+    assert out.startswith(f"160000 {pin.commit}")

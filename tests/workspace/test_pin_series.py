@@ -1,16 +1,22 @@
 """The pin file and the series file: parsing, validation, and the real ones in this repo."""
 
-import pytest
+import re
 
-from vseries import paths, series
+import pytest
+from conftest import ROOT
+
 from vseries import pin as pinmod
+from vseries import series
 from vseries.errors import SeriesError
 
 
-def test_real_pin_names_v0_21_0(pin):
-    assert pin.tag == "v0.21.0" and pin.version == "0.21.0"
-    assert pin.commit == "9da56fd18b95ff1b11360e8400f7c41b126d190b"
-    assert pin.source.filename == "vllm-0.21.0.tar.gz"
+def test_real_pin_is_one_release(pin):
+    """The pin names one release throughout (read from upstream.toml, so that it holds on
+    whatever release a rebase moved it to): tag, version, commit id and file names agree."""
+    assert re.fullmatch(r"v\d+\.\d+\.\d+\S*", pin.tag) and pin.version == pin.tag[1:]
+    assert re.fullmatch(r"[0-9a-f]{40}", pin.commit)
+    assert pin.source.filename == f"{pin.package}-{pin.version}.tar.gz"
+    assert pin.wheel.filename.startswith(f"{pin.package}-{pin.version}-")
 
 
 @pytest.mark.parametrize(
@@ -22,7 +28,7 @@ def test_real_pin_names_v0_21_0(pin):
     ],
 )
 def test_malformed_pin_is_refused(tmp_path, bad, msg):
-    text = (paths.ROOT / "upstream.toml").read_text()
+    text = (ROOT / "upstream.toml").read_text()
     key = bad.split(" =")[0] if "=" in bad else None
     lines = [bad if key and line.startswith(key + " =") else line for line in text.splitlines()]
     if not key:
@@ -34,7 +40,7 @@ def test_malformed_pin_is_refused(tmp_path, bad, msg):
 
 def test_pin_dump_round_trips_and_keeps_comments(tmp_path, pin):
     dest = tmp_path / "upstream.toml"
-    dest.write_text((paths.ROOT / "upstream.toml").read_text())
+    dest.write_text((ROOT / "upstream.toml").read_text())
     moved = pinmod.Pin(**{**pin.__dict__, "tag": "v0.22.0", "commit": "0" * 40})
     pinmod.dump(moved, dest)
     assert pinmod.load(dest) == moved
@@ -46,7 +52,7 @@ def test_real_series_is_consistent():
     assert entries, "the series must hold at least one patch"
     for e in entries:
         assert "Signed-off-by: " in e.path.read_text(), f"{e.name} lacks DCO sign-off"
-        assert e.contract and (paths.ROOT / e.contract).exists(), f"{e.name}: no contract test"
+        assert e.contract and (ROOT / e.contract).exists(), f"{e.name}: no contract test"
 
 
 def test_series_options_and_errors(tiny):

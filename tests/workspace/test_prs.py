@@ -21,12 +21,16 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, git, make_patch
 
-from vseries import apply, prbody, prs, refresh, series
+from vseries import apply, patchfile, prs, refresh, series
 from vseries import git as vgit
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
+from vseries.prs import body as prbody
+from vseries.prs import results
+from vseries.prs.checks import Checks
 
 GOLDEN = Path(__file__).parent / "golden"
+DATA = Path(__file__).parent / "data"
 UPDATE = os.environ.get("VSERIES_UPDATE_GOLDEN") == "1"
 URL = "https://github.com/vllm-project/vllm/pull/40001"
 
@@ -40,7 +44,7 @@ def new_base(root: Path, files: dict[str, str]) -> str:
     git(vdir, "add", "-A")
     git(vdir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "release 2")
     commit = git(vdir, "rev-parse", "HEAD")
-    pinmod.dump(dataclasses.replace(pinmod.load(), commit=commit))
+    pinmod.dump(dataclasses.replace(pinmod.load(), commit=commit), root / "upstream.toml")
     return commit
 
 
@@ -143,7 +147,7 @@ def test_patch_that_needs_an_earlier_patch_is_reported(tiny):
 
 def test_accepted_patch_gets_no_pr_and_bad_base_is_refused(tiny):
     p = add(tiny, write("b.py", "x = 4\n"), "[Core] four\n\nUpstream-Status: Accepted [v0.22.0]")
-    assert prbody.parse(p).status == "Accepted [v0.22.0]"
+    assert patchfile.info(p).status == "Accepted [v0.22.0]"
     assert prs.prs(hooks=False, tests=False) == []
     with pytest.raises(SeriesError, match="--base v9.9 does not resolve"):
         prs.prs(base="v9.9", hooks=False, tests=False)
@@ -275,8 +279,25 @@ def test_hooks_that_cannot_be_installed_are_a_clear_problem(tiny, tmp_path, monk
     assert "ruff==0.14.0" in pr.problems[0]
 
 
-def test_derived_config_of_vllms_own_hooks(pristine):
+@pytest.fixture
+def v0_21_0_hooks(tmp_path) -> Path:
+    """A tree holding vLLM v0.21.0's .pre-commit-config.yaml (a fixed input, kept in
+    tests/workspace/data/, whatever release the workspace is pinned to), a Python file and a
+    Markdown file."""
+    tree = tmp_path / "tree"
+    (tree / "vllm").mkdir(parents=True)
+    (tree / "docs").mkdir()
+    (tree / "vllm" / "envs.py").write_text("import os\n")
+    (tree / "docs" / "README.md").write_text("# docs\n")
+    (tree / ".pre-commit-config.yaml").write_text(
+        (DATA / "vllm-v0.21.0.pre-commit-config.yaml").read_text()
+    )
+    return tree
+
+
+def test_derived_config_of_vllms_own_hooks(v0_21_0_hooks):
     """vLLM v0.21.0's config, derived for a Python file and for a Markdown file."""
+    pristine = v0_21_0_hooks
     derived, not_run = prs.derive_config(pristine, ["vllm/envs.py"])
     [repo] = derived["repos"]
     hooks = {h["id"]: h for h in repo["hooks"]}
@@ -494,7 +515,7 @@ def test_long_tables_fold_under_their_summary_and_compiles_show():
         for n in range(1, 31)
         for v, us, c in (("base", 900.0, 1), ("patched", 90.0, 0))
     ]
-    text = prbody.bench_table(prbody.Bench("rope", rows=rows))
+    text = results.bench_table(results.Bench("rope", rows=rows))
     assert text.startswith(
         "Speed-up of patched over base (= base time / patched time; above "
         "1: faster), per case:\n- first_call bf16: median 10.00x, min 10.00x, "
@@ -521,18 +542,18 @@ def test_reporter_markdown_is_preferred_folded_and_summarised(tmp_path):
     (tmp_path / "raw" / "x.json").write_text(
         bench_json("base", "", [1.0, 1.0]).replace('"bench": "moe"', '"bench": "rope-nospec"')
     )
-    [b] = prbody.load_results(tmp_path, [("rope-nospec", None)])
+    [b] = results.load_results(tmp_path, [("rope-nospec", None)])
     assert b.rows == [] and b.sources == [
         {"file": f"{tmp_path.parent.name}/{tmp_path.name}/rope_nospec.md"}
     ]
-    text = prbody.measurements([b], [("rope-nospec", None)])
+    text = results.measurements([b], [("rope-nospec", None)])
     assert (
         "Speed-up of patched over base (base time / patched time; above 1: faster), per "
         "case:\n- steady: median 2.16x, min 2.01x, max 2.30x (30 rows)" in text
     )
     assert "\n### Rope: base vs patched\n" in text and "<details><summary>30 rows</summary>" in text
     assert "on NVIDIA H200" in text
-    assert prbody.load_results(tmp_path, [("moe", None)]) == []  # nothing named moe here
+    assert results.load_results(tmp_path, [("moe", None)]) == []  # nothing named moe here
 
 
 def test_unwrap_joins_wrapped_prose_only():
@@ -559,21 +580,25 @@ def test_strip_status_keeps_everything_else():
 # --- golden files for the real series ----------------------------------------------------------
 
 
+def based_on(golden_body: str) -> str:
+    """The upstream base a golden body was made on ("v0.21.0 (9da56fd18b95)"), so that a
+    golden renders the same after the pin moves (the base is the one pin-dependent line)."""
+    m = re.search(r"^Tests and checks on this branch, based on (.+):$", golden_body, re.M)
+    assert m, "the golden body names no base"
+    return m.group(1)
+
+
 def real_entries() -> list[series.Entry]:
     _, entries = series.read(ROOT / "patches" / "series")
     return entries
 
 
-def rendered(entry: series.Entry, checks: prbody.Checks | None) -> tuple[str, str]:
+def rendered(entry: series.Entry, checks: Checks | None, base: str) -> tuple[str, str]:
     path = ROOT / "patches" / entry.name
-    info = prbody.parse(path)
-    pin = pinmod.load(ROOT / "upstream.toml")
-    names = prbody.bench_names(entry.options)
-    results = prbody.load_results(ROOT / "benchmarks" / "results", names)
-    return (
-        prbody.title(info) + "\n",
-        prbody.body(info, f"{pin.tag} ({pin.commit[:12]})", results, names, checks),
-    )
+    info = patchfile.info(path)
+    names = results.bench_names(entry.options)
+    found = results.load_results(ROOT / "benchmarks" / "results", names)
+    return prbody.title(info) + "\n", prbody.body(info, base, found, names, checks)
 
 
 @pytest.mark.parametrize("entry", real_entries(), ids=lambda e: e.name)
@@ -587,13 +612,14 @@ def test_golden_title_and_body_of_real_patch(entry):
         "VSERIES_UPDATE_GOLDEN=1 pytest -m slow tests/workspace/test_prs.py "
         "-k golden"
     )
-    title, body = rendered(entry, prbody.Checks.from_json(checks.read_text()))
+    golden = (GOLDEN / f"{stem}.body.md").read_text()
+    title, body = rendered(entry, Checks.from_json(checks.read_text()), based_on(golden))
     again = (
         "the patch, its results or the generator changed; if on purpose, regenerate: "
         "VSERIES_UPDATE_GOLDEN=1 pytest -m slow tests/workspace/test_prs.py -k golden"
     )
     assert title == (GOLDEN / f"{stem}.title.txt").read_text(), again
-    assert body == (GOLDEN / f"{stem}.body.md").read_text(), again
+    assert body == golden, again
 
 
 def test_golden_files_match_the_series():
@@ -624,7 +650,9 @@ def test_golden_real_series_end_to_end(ws):
             (GOLDEN / f"{stem}.checks.json").write_text(pr.checks.to_json())
             continue
         assert title == (GOLDEN / f"{stem}.title.txt").read_text()
-        assert body == (GOLDEN / f"{stem}.body.md").read_text()
+        golden, pin = (GOLDEN / f"{stem}.body.md").read_text(), pinmod.load(ROOT / "upstream.toml")
+        now = f"based on {pin.tag} ({pin.commit[:12]}):"  # the golden's base is the pin it had
+        assert body == golden.replace(f"based on {based_on(golden)}:", now)
         assert json.loads(pr.checks.to_json()) == json.loads(
             (GOLDEN / f"{stem}.checks.json").read_text()
         )

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, git, make_patch
 
-from vseries import apply, classify, materialise, rebase, series
+from vseries import apply, patchfile, rebase, release, series
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
+from vseries.rebase import engine
 
 SHORT = "abc1234de"
 FULL = SHORT + "0" * 31
@@ -115,7 +116,7 @@ def test_same_change_upstream_is_upstreamed_and_dropped(two, index):
     publish(index, "0.99.0", {"a.py": A, "b.py": "x = 2\n"})  # upstream took 0001 only
     assert cli("v0.99.0", "--commit", FULL) == 0
     rows = rows_of(report_of(two))
-    assert list(rows.values()) == [classify.UPSTREAMED, classify.CLEAN]
+    assert list(rows.values()) == [rebase.UPSTREAMED, rebase.CLEAN]
     rep = report_of(two)
     assert "applies in reverse on v0.99.0" in rep and "patch-id" in rep
     vdir = two / "vllm"
@@ -127,7 +128,7 @@ def test_same_change_upstream_is_upstreamed_and_dropped(two, index):
     assert git(vdir, "rev-list", "--count", f"{FULL}..HEAD") == "1"
     assert (vdir / "a.py").read_text() == a_text and (vdir / "b.py").read_text() == "x = 2\n"
     entries = series.load()  # the upstreamed patch is gone from patches/ and series
-    assert [series.subject(e.path) for e in entries] == ["[Kernel] a five and thirty"]
+    assert [patchfile.subject(e.path) for e in entries] == ["[Kernel] a five and thirty"]
     assert git(vdir, "describe", "--tags") == "v0.99.0-1-g" + git(
         vdir, "rev-parse", "--short", "HEAD"
     )
@@ -138,7 +139,7 @@ def test_upstream_taking_one_of_two_hunks_is_partly_upstreamed(two, index):
     publish(index, "0.99.0", {"a.py": A.replace("line 5\n", "five\n"), "b.py": "x = 1\n"})
     assert cli("v0.99.0", "--commit", FULL) == 0
     rep = report_of(two)
-    assert list(rows_of(rep).values()) == [classify.CLEAN, classify.PARTLY]
+    assert list(rows_of(rep).values()) == [rebase.CLEAN, rebase.PARTLY]
     assert "already on v0.99.0, so dropped by the 3-way merge: a.py: @@ -2,7" in rep
     new_a = series.load()[1].path.read_text()
     assert "+thirty" in new_a and "+five" not in new_a  # reduced to what is still missing
@@ -150,7 +151,7 @@ def test_renamed_target_file_is_carried_with_3way_merge(two, index):
     publish(index, "0.99.0", {"pkg/moved_a.py": moved, "b.py": "x = 1\n"})
     assert cli("v0.99.0", "--commit", FULL) == 0
     rep = report_of(two)
-    assert rows_of(rep)["0002-Kernel-a-five-and-thirty.patch"] == classify.THREE_WAY
+    assert rows_of(rep)["0002-Kernel-a-five-and-thirty.patch"] == rebase.THREE_WAY
     assert "a.py -> pkg/moved_a.py (file renamed upstream)" in rep
     assert "pkg/moved_a.py: 2 of 2 hunks moved (+3 lines)" in rep  # and the offsets
     new_patch = series.load()[1].path.read_text()
@@ -173,10 +174,10 @@ def test_change_differing_by_one_hunk_conflicts_and_keeps_state(two, index):
     msg = str(e.value)
     assert "0002-Kernel-a-five-and-thirty.patch conflicts" in msg
     assert "a.py" in msg and "@@ -" in msg and "--continue" in msg and "--abort" in msg
-    st = rebase._load()
-    assert st["status"] == "conflict" and st["next"] == 1
-    assert st["rows"][0]["cls"] == classify.CLEAN
-    assert st["rows"][1]["cls"] == classify.CONFLICT  # not upstreamed
+    st = rebase.state_of()
+    assert st.status == "conflict" and st.next == 1
+    assert st.rows[0].cls == rebase.CLEAN
+    assert st.rows[1].cls == rebase.CONFLICT  # not upstreamed
     assert (two / "vllm" / ".git" / "rebase-apply").exists()
     with pytest.raises(SeriesError, match="already in progress"):
         cli("v0.99.0")
@@ -199,7 +200,7 @@ def test_contract_passing_on_plain_upstream_is_upstreamed_despite_a_conflict(two
     publish(index, "0.99.0", {"a.py": A, "b.py": "x = 1 + 1\n"})  # same value, other code
     assert cli("v0.99.0", "--commit", FULL) == 0
     rep = report_of(two)
-    assert rows_of(rep)["0001-Perf-b-two.patch"] == classify.UPSTREAMED
+    assert rows_of(rep)["0001-Perf-b-two.patch"] == rebase.UPSTREAMED
     assert "contract tests/none_b.py passes on plain v0.99.0 (1 passed" in rep
     assert "conflicts there" in rep
 
@@ -230,7 +231,7 @@ def test_contract_decides_only_on_an_assertion(two, index, body, said):
     assert said in str(e.value)
     if "import vllm_moved_away" in body:
         assert "could not reach the code it checks" in str(e.value)
-    assert rebase._load()["rows"][0]["cls"] == classify.CONFLICT
+    assert rebase.state_of().rows[0].cls == rebase.CONFLICT
 
 
 def test_abort_restores_everything(two, index):
@@ -264,7 +265,7 @@ def test_continue_after_a_manual_fix(two, index):
     git(vdir, "add", "a.py")
     assert cli("--continue") == 0
     rep = report_of(two)
-    assert list(rows_of(rep).values()) == [classify.CLEAN, classify.RESOLVED]
+    assert list(rows_of(rep).values()) == [rebase.CLEAN, rebase.RESOLVED]
     assert "+THIRTY and thirty" in series.load()[1].path.read_text()
     assert "range-diff" in rep and "THIRTY and thirty" in rep
     assert pinmod.load().tag == "v0.99.0"
@@ -303,28 +304,29 @@ def test_upstream_going_part_of_the_way_is_partly_upstreamed_after_the_fix(
     git(vdir, "add", "a.py")
     assert cli("--continue") == 0
     rep = report_of(tiny)
-    assert list(rows_of(rep).values()) == [classify.PARTLY]
+    assert list(rows_of(rep).values()) == [rebase.PARTLY]
     assert "v0.99.0 already went part of the way: it has `@jit(skip=['num_tokens'])`" in rep
     assert "-@jit(skip=['num_tokens'])" in series.load()[0].path.read_text()
 
 
 def test_skip_drops_the_patch_and_records_it(two, index):
+    tag = pinmod.load().tag
     publish(index, "0.99.0", {"a.py": A.replace("line 30\n", "THIRTY\n"), "b.py": "x = 1\n"})
     with pytest.raises(SeriesError, match="conflicts"):
         cli("v0.99.0", "--commit", FULL)
     assert cli("--skip") == 0
     rep = report_of(two)
-    assert list(rows_of(rep).values()) == [classify.CLEAN, classify.SKIPPED]
+    assert list(rows_of(rep).values()) == [rebase.CLEAN, rebase.SKIPPED]
     assert "dropped by the user with --skip" in rep
     assert [e.name for e in series.load()] == ["0001-Perf-b-two.patch"]
-    assert "kept in .vseries/rebase/backup-v0.21.0-" in rep  # the old series is recoverable
-    backups = list((two / ".vseries" / "rebase").glob("backup-v0.21.0-*/patches/0002-*"))
+    assert f"kept in .vseries/rebase/backup-{tag}-" in rep  # the old series is recoverable
+    backups = list((two / ".vseries" / "rebase").glob(f"backup-{tag}-*/patches/0002-*"))
     assert len(backups) == 1
 
 
 def test_run_killed_midway_resumes_without_applying_twice(two, index, monkeypatch):
     publish(index, "0.99.0", {"a.py": A, "b.py": "x = 1\n", "c.py": "new\n"})
-    real, calls = rebase._carried, []
+    real, calls = engine.carried, []
 
     def killed_on_second(*a, **k):  # the 2nd am has made its commit; the state is not saved
         calls.append(1)
@@ -332,32 +334,32 @@ def test_run_killed_midway_resumes_without_applying_twice(two, index, monkeypatc
             raise KeyboardInterrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(rebase, "_carried", killed_on_second)
+    monkeypatch.setattr(engine, "carried", killed_on_second)
     with pytest.raises(KeyboardInterrupt):
         cli("v0.99.0", "--commit", FULL)
     vdir = two / "vllm"
     assert git(vdir, "rev-list", "--count", f"{FULL}..HEAD") == "2"  # one commit too many
-    assert rebase._load()["next"] == 1
-    monkeypatch.setattr(rebase, "_carried", real)
+    assert rebase.state_of().next == 1
+    monkeypatch.setattr(engine, "carried", real)
     assert cli("--continue") == 0
     assert git(vdir, "rev-list", "--count", f"{FULL}..series") == "2"
-    assert list(rows_of(report_of(two)).values()) == [classify.CLEAN, classify.CLEAN]
+    assert list(rows_of(report_of(two)).values()) == [rebase.CLEAN, rebase.CLEAN]
     assert len(series.load()) == 2
 
 
 def test_run_killed_before_the_replay_starts_again(two, index, monkeypatch):
     publish(index, "0.99.0", {"a.py": A, "b.py": "x = 1\n"})
-    real = rebase.new_release
+    real = release.newer
 
     def killed(*a, **k):
         real(*a, **k)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(rebase, "new_release", killed)
+    monkeypatch.setattr(release, "newer", killed)
     with pytest.raises(KeyboardInterrupt):
         cli("v0.99.0", "--commit", FULL)
-    assert rebase._load()["status"] == "starting"
-    monkeypatch.setattr(rebase, "new_release", real)
+    assert rebase.state_of().status == "starting"
+    monkeypatch.setattr(release, "newer", real)
     assert cli("--continue") == 0
     assert pinmod.load().tag == "v0.99.0"
 
@@ -371,11 +373,12 @@ def test_check_changes_nothing(two, index, tmp_path, capsys):
     assert not (two / ".vseries" / "rebase").exists()
     text = capsys.readouterr().out
     assert "(--check: nothing changed)" in text
-    assert list(rows_of(out.read_text()).values()) == [classify.UPSTREAMED, classify.CONFLICT]
-    assert cli("--check", "v0.21.0") == 0  # no newer release: nothing to report
-    assert "already on v0.21.0" in capsys.readouterr().out
-    with pytest.raises(SeriesError, match="already on v0.21.0"):
-        cli("v0.21.0")
+    assert list(rows_of(out.read_text()).values()) == [rebase.UPSTREAMED, rebase.CONFLICT]
+    tag = pinmod.load().tag
+    assert cli("--check", tag) == 0  # no newer release: nothing to report
+    assert f"already on {tag}" in capsys.readouterr().out
+    with pytest.raises(SeriesError, match=f"already on {tag}"):
+        cli(tag)
     assert snapshot(two) == before
 
 
@@ -400,13 +403,13 @@ def test_release_commit_is_the_one_materialise_makes(two, index, tmp_path):
     publish(index, "0.99.0", {"a.py": A, "b.py": "x = 1\n"})
     tarball = tmp_path / "vllm-0.99.0.tar.gz"
     tarball.write_bytes(index.files["vllm-0.99.0.tar.gz"])
-    got = rebase.add_release(two / "vllm", tarball, "v0.99.0", FULL, "test")
+    got = release.add_release(two / "vllm", tarball, "v0.99.0", FULL, "test")
     fresh = tmp_path / "fresh"
-    materialise.repo_from_sdist(tarball, fresh, FULL, "v0.99.0", "test")
-    assert got["synthetic"] == git(fresh, "rev-parse", f"refs/replace/{FULL}")
-    assert got["refs"] == [f"refs/replace/{FULL}", "refs/tags/v0.99.0"]
+    release.repo_from_sdist(tarball, fresh, FULL, "v0.99.0", "test")
+    assert got.synthetic == git(fresh, "rev-parse", f"refs/replace/{FULL}")
+    assert got.refs == [f"refs/replace/{FULL}", "refs/tags/v0.99.0"]
     with pytest.raises(SeriesError, match="does not match the id"):
-        rebase.add_release(two / "vllm", tarball, "v0.99.0", "f" * 40, "test")
+        release.add_release(two / "vllm", tarball, "v0.99.0", "f" * 40, "test")
 
 
 def test_unreachable_git_falls_back_to_the_source_release(two, index, monkeypatch, capsys):
@@ -453,7 +456,7 @@ TARGETS = {
     "FP8 oracle": "vllm/model_executor/layers/fused_moe/oracle/fp8.py",
     "rope": "fused_inv_rope_fp8_quant.py",
 }
-CARRIED = {classify.CLEAN, classify.THREE_WAY, classify.RESOLVED, classify.PARTLY}
+CARRIED = {rebase.CLEAN, rebase.THREE_WAY, rebase.RESOLVED, rebase.PARTLY}
 # What upstream did (read from the source releases, and decided by the contracts on plain
 # upstream). v0.22.0 stopped specialising the rope kernel's num_tokens, v0.33.0 also
 # scale_stride_k, but neither scale_stride_group nor quantize_and_insert_k_kernel's num_tokens:
@@ -462,11 +465,11 @@ CARRIED = {classify.CLEAN, classify.THREE_WAY, classify.RESOLVED, classify.PARTL
 # passing and failing tests say it). v0.33.0 swaps A and B for FP8 w8a8 decode tiles on SM90
 # (its own SWAP_AB path), which is the swap-AB contract's promise: upstreamed.
 EXPECTED = {
-    "v0.22.0": {"swap-AB": CARRIED, "FP8 oracle": CARRIED, "rope": {classify.PARTLY}},
+    "v0.22.0": {"swap-AB": CARRIED, "FP8 oracle": CARRIED, "rope": {rebase.PARTLY}},
     # rope: its num_tokens contract test (and on v0.33.0 scale_stride_k) fails on v0.21.0 and
     # passes on plain upstream, so the rest is carried as partly upstreamed
-    "v0.24.0": {"swap-AB": CARRIED, "FP8 oracle": CARRIED, "rope": {classify.PARTLY}},
-    "v0.33.0": {"swap-AB": {classify.UPSTREAMED}, "FP8 oracle": CARRIED, "rope": {classify.PARTLY}},
+    "v0.24.0": {"swap-AB": CARRIED, "FP8 oracle": CARRIED, "rope": {rebase.PARTLY}},
+    "v0.33.0": {"swap-AB": {rebase.UPSTREAMED}, "FP8 oracle": CARRIED, "rope": {rebase.PARTLY}},
 }
 # What each patch's row must say about its contract on plain upstream: every contract decides
 # (an assertion on a named test, or all passing). The rope contract's tests run in a fixed
@@ -547,10 +550,10 @@ def test_real_rebase_from_v0_21_0(ws, monkeypatch, tmp_path, tag):
             assert cli(*args) == 0
             break
         except SeriesError as e:
-            st = rebase._load()
-            if st is None or st["status"] != "conflict":
+            st = rebase.state_of()
+            if st is None or st.status != "conflict":
                 raise
-            name = st["rows"][st["next"]]["name"]
+            name = st.row.name
             if not EXPECTED[tag][kinds[name]] & CARRIED:
                 pytest.fail(
                     f"{tag}: the {kinds[name]} patch should be upstreamed, but the "
@@ -577,4 +580,4 @@ def test_real_rebase_from_v0_21_0(ws, monkeypatch, tmp_path, tag):
         ) in report
     pin = pinmod.load()
     assert pin.tag == tag and (pin.commit == COMMITS[tag] or not COMMITS[tag])
-    assert len(series.load()) == sum(r != classify.UPSTREAMED for r in rows.values())
+    assert len(series.load()) == sum(r != rebase.UPSTREAMED for r in rows.values())

@@ -1,0 +1,76 @@
+"""Patch files onto vllm/ with ``git am``, the way every verb makes series commits.
+
+apply (the series on the pin), rebase (the series on a new release) and prs (one patch alone
+on the base) all make their commits here: ``git am -3 -k`` with a fixed committer and the
+author date as committer date, so the same series on the same base gives the same commit ids
+on every machine. Also here: which file and hunk stopped a patch, and which commits of a
+branch are not the series' (a reset would lose them).
+"""
+
+import re
+from pathlib import Path
+
+from vseries import git, patchfile
+from vseries.series import Entry
+
+BRANCH = "series"
+# am writes committer = this identity and date = the author date, so the same series on the
+# same pin gives the same commit ids on every machine (and works with no git identity set).
+AM_ENV = {"GIT_COMMITTER_NAME": "vseries", "GIT_COMMITTER_EMAIL": "vseries@invalid"}
+
+
+def am(vdir: Path, patch: Path | list[Path], *config: str) -> str:
+    """``git am -3 -k`` one patch (or several, in one session) onto HEAD of vdir; returns
+    git's output and never raises: the caller looks at ``git.in_progress`` to see whether it
+    stopped.
+
+    Args:
+        config: extra ``-c key=value`` pairs, e.g. ("-c", "merge.conflictStyle=diff3").
+    """
+    patches = patch if isinstance(patch, list) else [patch]
+    return git.run(
+        vdir,
+        *config,
+        "am",
+        "-3",
+        "-k",
+        "--committer-date-is-author-date",
+        *map(str, patches),
+        check=False,
+        env=AM_ENV,
+    )
+
+
+def explain(vdir: Path, patch: Path, am_output: str) -> str:
+    """Say which file and hunk of ``patch`` failed against the current HEAD of vdir.
+
+    Reads the CONFLICT lines of am's 3-way merge and, for a plain rejection, asks
+    ``git apply --check -v`` where the hunk stopped matching.
+    """
+    found = [m.group(0) for m in re.finditer(r"CONFLICT \([^)]*\): .*", am_output)]
+    err = git.call(vdir, "apply", "--check", "-v", str(patch)).err
+    by_file = patchfile.hunks(patch.read_text(errors="replace"))
+    for m in re.finditer(r"error: patch failed: (\S+):(\d+)", err):
+        path, line = m.group(1), int(m.group(2))
+        # this file's hunk; else (a renamed file) the first hunk that starts there
+        candidates = [*by_file.get(path, []), *(h for hs in by_file.values() for h in hs)]
+        hunk = next((h for h in candidates if h.start == line), None)
+        found.append(f"file {path}, hunk {hunk.title if hunk else f'at line {line}'}")
+    for m in re.finditer(r"error: (\S+): (does not exist in index|No such file or directory)", err):
+        found.append(f"file {m.group(1)} does not exist here (renamed or removed upstream?)")
+    return "\n".join(f"  {x}" for x in dict.fromkeys(found)) or "  " + am_output.strip()[-400:]
+
+
+def wanted_ids(vdir: Path, entries: list[Entry]) -> list[str]:
+    """patch-id of each series file, in order."""
+    return [git.patch_id(vdir, e.path.read_text(errors="replace")) or "" for e in entries]
+
+
+def foreign_commits(vdir: Path, base: str, tip: str, want: list[str]) -> list[str]:
+    """'<short id> <subject>' for commits reachable from tip but not from base whose change
+    is not one of the series' patches (``want``: their patch-ids; a reset would lose them)."""
+    out = []
+    for c, pid in git.commit_patch_ids(vdir, base, tip):
+        if pid not in want:
+            out.append(git.run(vdir, "log", "-1", "--format=%h %s", c))
+    return out

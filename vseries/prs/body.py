@@ -1,0 +1,207 @@
+"""What an upstream pull request says: title, body (vLLM's layout), and the push commands.
+
+Pure rendering from a patch file, the benchmark results (results.py) and the checks the PR
+tool ran (checks.py); no git state is changed here. A line of the message reading
+``... results: pending (benchmarks/results/)`` is where the figures (or the sentence that
+there are none) go.
+"""
+
+import re
+import shlex
+
+from vseries.patchfile import PatchInfo
+from vseries.prs.checks import Checks
+from vseries.prs.results import Bench, measurements
+
+STATUS_LINE = re.compile(r"^Upstream-Status: .*\n", re.M)
+
+PENDING = re.compile(r"^.*results: pending \(benchmarks/results/?\)\.?[ \t]*$", re.I | re.M)
+
+HEADING = re.compile(r"^(?:#+\s*)?(purpose|test plan|test results?)\s*:?\s*$", re.I | re.M)
+
+
+def strip_status(text: str) -> str:
+    """The patch email without its ``Upstream-Status:`` line (a workspace header, not part of
+    the upstream commit); the diff and the other trailers are untouched."""
+    cut = re.search(r"^---$", text, re.M)
+    head, tail = (text[: cut.start()], text[cut.start() :]) if cut else (text, "")
+    return re.sub(r"\n\n\n+", "\n\n", STATUS_LINE.sub("", head)) + tail
+
+
+def _count_by_test(ids: list[str]) -> str:
+    """'test_a (12 cases), test_b' from node ids, parameters folded."""
+    counts: dict[str, int] = {}
+    for i in ids:
+        fn = i.split("::")[-1].split("[")[0]
+        counts[fn] = counts.get(fn, 0) + 1
+    return ", ".join(f"`{k}`" + (f" ({n} cases)" if n > 1 else "") for k, n in counts.items())
+
+
+def checks_md(info: PatchInfo, c: Checks) -> str:
+    """The 'tests and checks on this branch' lines."""
+    out = []
+    for t in c.tests if c.ran_tests else []:
+        ids = [i for i in c.passed + c.failed + c.needs_cuda if i.startswith(t + "::")]
+        sk = [s for s in c.skipped if s[0].startswith(t + "::")]
+        n_ok = sum(i.startswith(t + "::") for i in c.passed)
+        n_bad = sum(i.startswith(t + "::") for i in c.failed)
+        gpu = [i for i in c.needs_cuda if i.startswith(t + "::")]
+        parts = [f"{n_ok} passed"] + ([f"{n_bad} failed"] if n_bad else [])
+        line = f"- `pytest {t}` on a {c.host}: " + ", ".join(parts)
+        if gpu:
+            line += (
+                f"; not run: needs CUDA, {len(gpu)} cases: {_count_by_test(gpu)} "
+                "(to run on a Hopper GPU)"
+            )
+        for node, reason in sk:
+            line += f"; skipped `{node.split('::')[-1]}`: {reason}"
+        if not ids and not sk:
+            line += " (collected no test)"
+        out.append(line)
+    if info.tests and not c.ran_tests:
+        out.append("- the tests above were not run by this tool (--no-tests)")
+    if c.ran_hooks and c.hooks:
+        verdicts: dict[str, list[str]] = {}
+        for hook, verdict in c.hooks:
+            verdicts.setdefault(verdict, []).append(f"`{hook}`")
+        out.append(
+            f"- pre-commit, vLLM's own hooks (its `.pre-commit-config.yaml`, stage "
+            f"pre-commit) on the {len(info.files)} touched files: "
+            + "; ".join(f"{v.lower()}: {', '.join(h)}" for v, h in verdicts.items())
+        )
+    for hook, reason in c.hooks_not_run if c.ran_hooks else []:
+        out.append(f"- pre-commit hook `{hook}` not run here: {reason}")
+    if c.signers:
+        out.append(f"- DCO: signed off by {', '.join(c.signers)}")
+    for p in c.problems:
+        out.append(f"- PROBLEM (see checks.txt): {p.splitlines()[0]}")
+    return "\n".join(out)
+
+
+def title(info: PatchInfo) -> str:
+    """The PR title: the patch subject, vLLM's [Tag] prefixes kept."""
+    return info.subject
+
+
+def unwrap(text: str) -> str:
+    """Join hard-wrapped lines (GitHub shows each newline of a PR body as a line break): a line
+    that does not start a list item, heading or quote continues the line before it. Tables,
+    indented and fenced code stay as they are."""
+    out, fenced = [], False
+    for para in re.split(r"\n\s*\n", text):
+        lines = para.splitlines()
+        if (
+            fenced
+            or "```" in para
+            or re.match(r" {4}|\t", para)
+            or any(x.lstrip().startswith("|") for x in lines)
+        ):
+            out.append(para)
+        else:
+            joined = []
+            for x in lines:
+                if joined and not re.match(r"\s*([-*+>#]|\d+[.)])\s", x):
+                    joined[-1] += " " + x.strip()
+                else:
+                    joined.append(x.rstrip())
+            out.append("\n".join(joined))
+        if para.count("```") % 2:
+            fenced = not fenced
+    return "\n\n".join(out)
+
+
+def sections(message: str) -> dict[str, str]:
+    """Split a commit message into purpose / test plan / test result by its headings (Markdown
+    '## Purpose' or 'Purpose:' lines); text before any heading is purpose."""
+    parts = {"purpose": [], "test plan": [], "test result": []}
+    key, last = "purpose", 0
+    for m in HEADING.finditer(message):
+        parts[key].append(message[last : m.start()])
+        h = m.group(1).lower()
+        key, last = ("test result" if h.startswith("test result") else h), m.end()
+    parts[key].append(message[last:])
+    # drop blank lines around each part, but not the indent of an opening code block
+    trimmed = {k: [re.sub(r"^(\s*\n)+", "", x).rstrip() for x in v] for k, v in parts.items()}
+    return {k: unwrap("\n\n".join(x for x in v if x)) for k, v in trimmed.items()}
+
+
+def body(
+    info: PatchInfo,
+    base: str,
+    benches: list[Bench],
+    names: list[tuple[str, str | None]],
+    checks: Checks | None,
+) -> str:
+    """The PR description in vLLM's template layout (Purpose / Test Plan / Test Result).
+
+    Args:
+        base: the upstream base the branch was made on, e.g. "v0.21.0 (9da56fd18b95)".
+        benches: results found for the patch (load_results); names: what was asked for
+            (bench_names).
+        checks: what ran on the branch, or None when the branch was not checked.
+    """
+    s = sections(info.message)
+    plan = [s["test plan"]] if s["test plan"] else []
+    if info.tests:
+        plan.append(
+            "Tests this PR adds or changes:\n\n```bash\n"
+            + "\n".join(f"pytest -q {t}" for t in info.tests)
+            + "\n```"
+        )
+    else:
+        plan.append("This PR adds no test file.")
+    plan.append("Lint: `pre-commit run --files " + " ".join(info.files) + "`")
+    figures = measurements(benches, names)
+    own = s["test result"]
+    placed = PENDING.search(own)
+    if placed:
+        own = own[: placed.start()] + figures + own[placed.end() :]
+    result = [own] if own else []
+    if checks is not None:
+        result.append(
+            f"Tests and checks on this branch, based on {base}:\n\n" + checks_md(info, checks)
+        )
+    if not placed:
+        result.append(figures)
+    parts = [
+        ("Purpose", [s["purpose"] or info.subject]),
+        ("Test Plan", plan),
+        ("Test Result", result),
+    ]
+    return "\n\n".join(f"## {h}\n\n" + "\n\n".join(x) for h, x in parts) + "\n"
+
+
+def commands(
+    number: str,
+    branch: str,
+    title_text: str,
+    remote: str,
+    upstream_repo: str,
+    owner: str | None,
+    pr_url: str | None,
+) -> str:
+    """commands.sh: push the branch to the fork, then open (or, when already submitted,
+    update) the PR with gh. Paths are relative to the script, which lives in out/prs/NNNN/."""
+    who = owner or "${FORK_OWNER:?set FORK_OWNER to your GitHub user}"
+    head = f"{who}:{branch}"
+    gh = (
+        f"gh pr edit {shlex.quote(pr_url)}"
+        if pr_url
+        else f'gh pr create --repo {upstream_repo} --base main --head "{head}"'
+    )
+    return (
+        "#!/usr/bin/env bash\n"
+        f"# Patch {number}: push {branch} to your fork and "
+        + ("update its pull request" if pr_url else "open the upstream pull request")
+        + ".\n"
+        "# Made by scripts/prs.sh; read body.md first. The remote is your fork of "
+        f"{upstream_repo}\n# (add it once: git -C vllm remote add {remote} <your fork's url>).\n"
+        "set -euo pipefail\n"
+        'here="$(cd "$(dirname "$0")" && pwd)"\n'
+        'cd "$here/../../.."\n'
+        "# --force: the branch is remade from the patch file on every run (the patch is the\n"
+        "# source of truth; review changes go into the patch, then scripts/prs.sh again)\n"
+        f"git -C vllm push --force {shlex.quote(remote)} "
+        f"{branch}:refs/heads/{branch}\n"
+        f'{gh} --title {shlex.quote(title_text)} --body-file "$here/body.md"\n'
+    )

@@ -1,0 +1,98 @@
+"""One branch per patch: the patch alone on the upstream base, in a temporary worktree.
+
+``pr/<slug>`` in vllm/ (slug: from the subject, see PR.slug) = the upstream base (the pin, or
+``--base <ref>``) + that ONE patch, applied with ``git am -3 -k``, its Upstream-Status line
+stripped (a workspace header; Signed-off-by stays). A patch that does not apply alone is
+reported, with the earlier patches it needs when it applies after them (a hidden dependency),
+instead of being stacked silently. The ``series`` branch and HEAD of vllm/ are never touched.
+"""
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vseries import am, git, patchfile, series
+from vseries.prs.body import strip_status
+from vseries.prs.checks import Checks
+
+
+@dataclass
+class PR:
+    """One patch on its way upstream."""
+
+    entry: series.Entry
+    number: str  # "0001", from the file name
+    info: patchfile.PatchInfo
+    commit: str | None = None  # the branch tip, when the patch applied alone
+    problems: list[str] = field(default_factory=list)
+    checks: Checks | None = None
+
+    @property
+    def slug(self) -> str:
+        """The subject in lower case, runs of other characters as '-', cut at a word near 64
+        characters ('[Perf][Kernel] Swap A/B' -> 'perf-kernel-swap-a-b')."""
+        s = re.sub(r"[^a-z0-9]+", "-", self.info.subject.lower()).strip("-")
+        return s if len(s) <= 64 else s[:64].rsplit("-", 1)[0]
+
+    @property
+    def branch(self) -> str:
+        return f"pr/{self.slug}"
+
+    @property
+    def ok(self) -> bool:
+        return self.commit is not None and not self.problems
+
+
+def number(entry: series.Entry, index: int) -> str:
+    """The PR number: the patch file's four digits, else its place in the series."""
+    m = re.match(r"^(\d{4})-", entry.name)
+    return m.group(1) if m else f"{index + 1:04d}"
+
+
+def _am(wt: Path, patch: Path) -> tuple[bool, str]:
+    """git am -3 -k one patch in the worktree; on failure abort and say why."""
+    out = am.am(wt, patch)
+    if not git.in_progress(wt):
+        return True, out
+    why = am.explain(wt, patch, out)
+    git.run(wt, "am", "--abort", check=False)
+    return False, why
+
+
+def _reset(wt: Path, base: str) -> None:
+    git.run(wt, "checkout", "-q", "-f", "--detach", base)
+    git.run(wt, "clean", "-q", "-fdx")
+
+
+def make_branch(
+    vdir: Path, wt: Path, base: str, entries: list[series.Entry], i: int, pr: PR, tmp: Path
+) -> None:
+    """Apply patch i alone on base in worktree wt; on success set refs/heads/pr/<slug>.
+    Records a problem on pr (hidden dependency, or no fit at all) otherwise."""
+    _reset(wt, base)
+    stripped = tmp / entries[i].name
+    stripped.write_text(strip_status(entries[i].path.read_text(errors="replace")))
+    ok, why = _am(wt, stripped)
+    if ok:
+        pr.commit = git.rev(wt, "HEAD")
+        git.run(vdir, "update-ref", "-m", "vseries prs", f"refs/heads/{pr.branch}", pr.commit)
+        return
+    # does it apply after the earlier patches? then name the ones it needs
+    needs = []
+    for j in range(i):
+        _reset(wt, base)
+        if _am(wt, entries[j].path)[0] and _am(wt, stripped)[0]:
+            needs.append(entries[j].name)
+    if not needs and i:
+        _reset(wt, base)
+        if all(_am(wt, entries[j].path)[0] for j in range(i)) and _am(wt, stripped)[0]:
+            needs = ["the earlier patches together"]
+    if needs:
+        pr.problems.append(
+            f"does not apply alone on the base; it applies after {', '.join(needs)} "
+            f"(a hidden dependency between patches). Upstream PRs must stand alone: move the "
+            f"shared change into one patch, or submit {needs[0]} first and mark this PR as "
+            f"depending on it. Alone it fails at:\n{why}"
+        )
+    else:
+        pr.problems.append(f"does not apply on the base:\n{why}")

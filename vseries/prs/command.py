@@ -1,0 +1,117 @@
+"""``vseries prs``: make, check and describe one upstream PR per patch; push; record."""
+
+from vseries import git, patchfile, series
+from vseries import pin as pinmod
+from vseries.errors import SeriesError
+from vseries.prs import publish
+from vseries.prs.branches import PR, make_branch, number
+from vseries.prs.checks import check
+from vseries.prs.record import record
+from vseries.workspace import Workspace
+
+
+def prs(
+    base: str | None = None,
+    do_push: bool = False,
+    remote: str | None = None,
+    hooks: bool = True,
+    tests: bool = True,
+    ws: Workspace | None = None,
+) -> list[PR]:
+    """Make, check and describe a PR branch per patch not upstreamed; optionally push them.
+
+    Args:
+        base: an upstream ref that resolves in vllm/ (default: the pin's commit).
+        do_push: push all branches to ``remote`` (needs every branch to pass).
+        remote: the fork (a remote name of vllm/ or a URL); used in commands.sh too.
+        hooks, tests: run the pre-commit hooks / the patch's tests (on by default).
+        ws: the workspace (default: the current one).
+
+    Returns the PRs, with their problems (empty when ready).
+
+    Raises:
+        SeriesError: vllm/ missing; base not resolving; --push without a reachable remote,
+            or with a branch that failed (nothing pushed then).
+    """
+    ws = ws or Workspace.current()
+    pin = pinmod.load(ws.pin_file)
+    vdir = ws.vllm
+    git.require_checkout(vdir, idle=False)
+    base_id = git.rev(vdir, base or pin.commit)
+    if not base_id:
+        raise SeriesError(
+            f"--base {base} does not resolve to a commit in vllm/",
+            "git -C vllm tag --list   # or scripts/rebase.sh to bring a newer "
+            "upstream release into vllm/",
+        )
+    label = f"{base or pin.tag} ({base_id[:12]})"
+    if do_push and not remote:
+        raise SeriesError(
+            "--push needs --remote <your fork>", "scripts/prs.sh --push --remote fork"
+        )
+    remote_refs = publish.ls_remote(vdir, remote) if do_push else {}
+    entries = series.load(ws)
+    todo = []
+    for i, e in enumerate(entries):
+        info = patchfile.info(e.path)
+        if info.status.startswith("Accepted"):
+            print(f"prs: {e.name}: upstream already ({info.status}); no PR")
+            continue
+        todo.append((i, PR(e, number(e, i), info)))
+    reports = {}
+    with git.temp_worktree(vdir, base_id, parent=ws.state) as wt:
+        scratch = wt.parent
+        for i, pr in todo:
+            make_branch(vdir, wt, base_id, entries, i, pr, scratch)
+            if pr.commit:
+                print(f"prs: {pr.number} {pr.branch}: checking ...", flush=True)
+                reports[pr.number] = check(wt, base_id, pr, hooks, tests, scratch)
+    publish.write(ws, todo, label, remote, reports)
+    if do_push:
+        bad = [f"{pr.number} {pr.entry.name}" for _, pr in todo if not pr.ok]
+        if bad:
+            raise SeriesError(
+                "not pushing anything: these patches are not ready:\n"
+                + "\n".join(f"  {b}" for b in bad),
+                "read out/prs/<NNNN>/checks.txt, fix the patch, scripts/refresh.sh,"
+                " then scripts/prs.sh again",
+            )
+        publish.push(vdir, remote, [pr for _, pr in todo], remote_refs)
+        print(f"prs: pushed {len(todo)} branches to {remote}")
+    return [pr for _, pr in todo]
+
+
+def main(args) -> int:
+    if args.record:
+        record(*args.record)
+        return 0
+    if args.remote and not args.push:
+        print(
+            f"prs: --remote {args.remote} is used in commands.sh; nothing is pushed without --push"
+        )
+    done = prs(args.base, args.push, args.remote, hooks=not args.no_hooks, tests=not args.no_tests)
+    return 0 if all(pr.ok for pr in done) else 1
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "prs",
+        help="make a checked upstream PR branch and text per patch",
+        description="For every patch not yet upstreamed: a branch pr/<slug> in vllm/ with that "
+        "patch alone on the upstream base, checked (DCO, vLLM's own pre-commit hooks, the "
+        "patch's tests), and its title, body and push commands in out/prs/NNNN/. --push "
+        "pushes all branches when every one passed; --record NNNN URL marks a patch "
+        "submitted.",
+    )
+    p.add_argument("--base", help="upstream ref in vllm/ to base the PRs on (default: the pin)")
+    p.add_argument("--push", action="store_true", help="push all branches (all must pass)")
+    p.add_argument("--remote", help="your fork: a remote of vllm/ or a URL")
+    p.add_argument(
+        "--record",
+        nargs=2,
+        metavar=("NNNN", "URL"),
+        help="record a submitted PR: Upstream-Status: Submitted [URL]",
+    )
+    p.add_argument("--no-hooks", action="store_true", help="skip vLLM's pre-commit hooks")
+    p.add_argument("--no-tests", action="store_true", help="skip the patch's tests")
+    p.set_defaults(func=main)

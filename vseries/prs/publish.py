@@ -1,0 +1,144 @@
+"""Where PRs go: ``out/prs/<NNNN>/`` (title, body, branch, checks, commands.sh), and the
+push of all branches to the user's fork (only when every branch passed).
+
+``out/prs/<NNNN>/``: title.txt, body.md, branch.txt, checks.txt, checks.json, and
+commands.sh (only when every check passed).
+"""
+
+import re
+import shutil
+from pathlib import Path
+
+from vseries import git
+from vseries import pin as pinmod
+from vseries.errors import SeriesError
+from vseries.prs import body as prbody
+from vseries.prs import results
+from vseries.prs.branches import PR
+from vseries.workspace import Workspace
+
+LS_REMOTE_TIMEOUT = 20  # seconds; a remote that does not answer in that time is unreachable
+
+
+def _github_repo(url: str) -> str | None:
+    m = re.search(r"github\.com[:/]([^/]+/[^/]+?)(?:\.git)?/?$", url)
+    return m.group(1) if m else None
+
+
+def ls_remote(vdir: Path, remote: str) -> dict[str, str]:
+    """{ref: id} of the remote's branches.
+
+    Raises:
+        SeriesError: the remote does not answer within LS_REMOTE_TIMEOUT seconds, or refuses.
+    """
+    env = {"GIT_SSH_COMMAND": "ssh -o BatchMode=yes -o ConnectTimeout=10"}
+    r = git.call(vdir, "ls-remote", "--heads", remote, env=env, timeout=LS_REMOTE_TIMEOUT)
+    err = "" if r.ok else (r.err.strip() or f"exit {r.code}")
+    if err:
+        raise SeriesError(
+            f"remote {remote!r} is not reachable from here ({err.splitlines()[-1]}); "
+            "nothing was pushed",
+            f"run scripts/prs.sh without --push and use out/prs/*/commands.sh on a "
+            f"host that reaches {remote}",
+        )
+    return {ref: sha for sha, ref in (x.split("\t") for x in r.out.splitlines() if x)}
+
+
+def push(vdir: Path, remote: str, prs: list[PR], remote_refs: dict[str, str]) -> None:
+    """Push every PR branch in one atomic push; each ref leased on what ls-remote saw (so a
+    branch changed on the fork since then is not overwritten)."""
+    args = []
+    for pr in prs:
+        ref = f"refs/heads/{pr.branch}"
+        args += [f"--force-with-lease={ref}:{remote_refs.get(ref, '')}", f"{pr.branch}:{ref}"]
+    leases = [a for a in args if a.startswith("--")]
+    specs = [a for a in args if not a.startswith("--")]
+    git.run(vdir, "push", "--atomic", *leases, remote, *specs)
+
+
+def _unchecked(pr: PR) -> str:
+    """' (not checked: ...)' naming the checks --no-hooks / --no-tests left out, or ''."""
+    c = pr.checks
+    left = [
+        what
+        for what, ran in (
+            ("vLLM's pre-commit hooks (--no-hooks)", c is None or c.ran_hooks),
+            ("the patch's tests (--no-tests)", c is None or c.ran_tests),
+        )
+        if not ran
+    ]
+    return f" (not checked: {', '.join(left)})" if left else ""
+
+
+def write(
+    ws: Workspace,
+    todo: list[tuple[int, PR]],
+    label: str,
+    remote: str | None,
+    reports: dict[str, str],
+) -> None:
+    """out/prs/<NNNN>/ for each PR; folders of patches no longer in the run are removed.
+
+    Args:
+        todo: (series index, PR) of each patch not upstreamed.
+        label: the base as the body names it, e.g. "v0.21.0 (9da56fd18b95)".
+        remote: the fork, for commands.sh (None: "fork").
+        reports: the checks' full text by PR number (checks.txt).
+    """
+    out = ws.root / "out" / "prs"
+    out.mkdir(parents=True, exist_ok=True)
+    keep = {pr.number for _, pr in todo}
+    for d in out.iterdir():
+        if d.is_dir() and re.fullmatch(r"\d{4}", d.name) and d.name not in keep:
+            shutil.rmtree(d)
+    pin = pinmod.load(ws.pin_file)
+    upstream = _github_repo(pin.repo) or pin.repo
+    owner = None
+    if remote:
+        url = git.run(ws.vllm, "remote", "get-url", remote, check=False) or remote
+        owner = (_github_repo(url) or "/").split("/")[0] or None
+    found = ws.root / "benchmarks" / "results"
+    for _, pr in todo:
+        d = out / pr.number
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir()
+        names = results.bench_names(pr.entry.options)
+        title = prbody.title(pr.info)
+        (d / "title.txt").write_text(title + "\n")
+        (d / "body.md").write_text(
+            prbody.body(pr.info, label, results.load_results(found, names), names, pr.checks)
+        )
+        (d / "branch.txt").write_text(pr.branch + "\n")
+        if pr.checks:
+            (d / "checks.json").write_text(pr.checks.to_json())
+        verdict = (
+            f"ready{_unchecked(pr)}"
+            if pr.ok
+            else "NOT READY:\n" + "\n".join(f"- {p}" for p in pr.problems)
+        )
+        (d / "checks.txt").write_text(
+            f"patch {pr.entry.name}\nbranch {pr.branch} at {pr.commit or '(not made)'} on "
+            f"{label}\n{verdict}\n\n{reports.get(pr.number, '')}\n"
+        )
+        cmd = d / "commands.sh"
+        if pr.ok:
+            m = re.match(r"Submitted \[(.+)\]", pr.info.status)
+            cmd.write_text(
+                prbody.commands(
+                    pr.number,
+                    pr.branch,
+                    title,
+                    remote or "fork",
+                    upstream,
+                    owner,
+                    m.group(1) if m else None,
+                )
+            )
+            cmd.chmod(0o755)
+        print(
+            f"prs: {pr.number} {pr.branch:60} "
+            + (f"ready{_unchecked(pr)}" if pr.ok else f"NOT READY ({len(pr.problems)} problems)")
+        )
+        for p in pr.problems:
+            print("    " + p.replace("\n", "\n    ")[:3000])
+    print(f"prs: wrote {ws.rel(out)}/ ({len(todo)} PRs)")

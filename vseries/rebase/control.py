@@ -1,0 +1,116 @@
+"""--continue and --skip: take a stopped (or killed) rebase up again."""
+
+import re
+from pathlib import Path
+
+from vseries import am, git
+from vseries.errors import SeriesError
+from vseries.rebase import engine, undo
+from vseries.rebase.decide import decide
+from vseries.rebase.evidence import Evidence
+from vseries.rebase.state import CONFLICT, NEXT, REPLAYING, STARTING, TWICE, Store
+from vseries.workspace import Workspace
+
+
+def _continue_am(ws: Workspace, store: Store, name: str) -> None:
+    """``git am --continue`` after a hand fix, committing as the engine does.
+
+    Raises:
+        SeriesError: unmerged files remain; am stops again (nothing left to add: --skip).
+    """
+    vdir = ws.vllm
+    unmerged = git.run(vdir, "diff", "--name-only", "--diff-filter=U").split()
+    if unmerged:
+        raise SeriesError(
+            f"still unmerged in vllm/: {', '.join(unmerged)}",
+            "fix them, git -C vllm add <files>, scripts/rebase.sh --continue",
+        )
+    # am does not keep --committer-date-is-author-date across --continue: pass the date
+    text = (store.backup / "patches" / name).read_text(errors="replace")
+    m = re.search(r"^Date: (.+)$", text, re.M)
+    env = {**am.AM_ENV, **({"GIT_COMMITTER_DATE": m.group(1)} if m else {})}
+    out = git.run(vdir, "am", "--continue", check=False, env=env)
+    if git.in_progress(vdir):
+        raise SeriesError(
+            f"git am --continue did not finish:\n{out.strip()[-600:]}",
+            "scripts/rebase.sh --skip   # when the fix leaves nothing to add",
+        )
+
+
+def resume(ws: Workspace) -> int:
+    """--continue: after a hand fix of a conflict, after a stop on lines added twice (the
+    commit as it is now on HEAD is kept), or after a run that was killed midway.
+
+    Raises:
+        SeriesError: no rebase in progress; unmerged files remain; the fix changes nothing
+            (use --skip).
+    """
+    store = Store(ws)
+    st = undo.need_state(store)
+    vdir = ws.vllm
+    if st.status == STARTING:  # killed before the replay began: begin once more
+        undo.abort(ws, quiet=True)
+        print(f"rebase: the last run stopped before replaying; starting again on {st.target}")
+        report = Path(st.report) if st.report else None
+        return engine.start(ws, st.target, st.commit, st.route, st.contracts, st.check, report)
+    row = st.row
+    if st.status == CONFLICT and git.in_progress(vdir):
+        _continue_am(ws, store, row.name)
+    head = git.rev(vdir, "HEAD")
+    if st.status in (CONFLICT, TWICE) and head != st.head:
+        text = (store.backup / "patches" / row.name).read_text(errors="replace")
+        ev = Evidence(st.new.tag, st.old.tag, row.options.get("contract"), am="applied")
+        if st.status == CONFLICT:
+            files = next(
+                (m.group(1) for e in row.evidence if (m := re.search(r"unmerged files: (.*)", e))),
+                "",
+            )
+            prefix = [
+                "conflicted on the 3-way merge"
+                + (f" in {files}" if files else "")
+                + "; fixed by hand and continued"
+            ]
+            ev.threeway = ev.resolved = True
+        elif head != row.new:  # the user amended the commit (e.g. took a repeated line out)
+            prefix = ["stopped on lines it would add twice; changed by hand and continued"]
+            ev.resolved = True
+        else:
+            prefix, ev.repeats_kept = [], True
+        row.cls, row.evidence = "", []
+        engine.carried(ws, st, store, row, text, ev, prefix)
+    elif st.status == TWICE:
+        raise SeriesError(
+            f"the commit of {row.name} is no longer on vllm/ HEAD", "scripts/rebase.sh --skip"
+        )
+    elif st.status in (REPLAYING, CONFLICT):
+        # Killed midway (or the am session was ended by hand): go back to the last decision
+        # and redo the patch after it, so that none is lost or applied twice.
+        if git.in_progress(vdir):
+            git.run(vdir, "am", "--abort", check=False)
+        git.run(vdir, "checkout", "-q", "-f", "--detach", st.head)
+        print(f"rebase: resuming at patch {st.next + 1} of {len(st.rows)}")
+    return engine.run(ws, st, store)
+
+
+def skip(ws: Workspace) -> int:
+    """--skip: drop the patch that stopped the rebase (recorded in the report) and go on.
+
+    Raises:
+        SeriesError: no rebase in progress, or none is waiting for a decision.
+    """
+    store = Store(ws)
+    st = undo.need_state(store)
+    if st.status not in (CONFLICT, TWICE):
+        raise SeriesError("--skip drops a conflicting patch, and none is waiting", NEXT)
+    vdir = ws.vllm
+    if git.in_progress(vdir):
+        git.run(vdir, "am", "--abort", check=False)
+    git.run(vdir, "checkout", "-q", "-f", "--detach", st.head)
+    row = st.row
+    ev = Evidence(st.new.tag, st.old.tag, skipped=True)
+    ev.am = "conflict" if st.status == CONFLICT else "applied"
+    d = decide(ev)
+    d.evidence += row.evidence
+    row.new = ""
+    engine.decided(ws, st, store, row, d)
+    return engine.run(ws, st, store)

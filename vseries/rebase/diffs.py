@@ -1,0 +1,184 @@
+"""Comparing a patch with its replay on the new release: pure functions of diff text.
+
+No git here: the engine hands over the texts (the patch, the replayed commit's diff, the files
+before and after), these functions say what moved, what upstream already had, and which of
+the patch's added lines the new release already holds elsewhere.
+"""
+
+import re
+from collections import Counter
+from difflib import SequenceMatcher
+
+from vseries.patchfile import Hunk, hunks
+
+
+def _lines(files: dict[str, list[Hunk]]) -> Counter:
+    return Counter(ln for hs in files.values() for h in hs for ln in h.lines)
+
+
+def compare(original: str, replayed: str) -> tuple[list[str], list[str], list[str]]:
+    """Compare a patch with its replay on the new upstream.
+
+    Returns:
+        (moved, dropped, added): moved = renamed files and hunk offsets ("a.py -> b.py",
+        "a.py: 2 of 3 hunks moved (+15 lines)"); dropped = the original's hunks whose
+        changed lines the replay no longer has (already upstream), each as "path: header";
+        added = changed lines the replay has and the original has not (a hand resolution).
+    """
+    old, new = hunks(original), hunks(replayed)
+    moved = []
+    rename = {}
+    gone, appeared = [p for p in old if p not in new], [p for p in new if p not in old]
+    for p in gone:  # pair a vanished path with the new path that shares most changed lines
+        best = max(
+            appeared,
+            default=None,
+            key=lambda q: sum((_lines({p: old[p]}) & _lines({q: new[q]})).values()),
+        )
+        if best is not None and (_lines({p: old[p]}) & _lines({best: new[best]})):
+            rename[p] = best
+            appeared.remove(best)
+            moved.append(f"{p} -> {best} (file renamed upstream)")
+    for p, hs in old.items():
+        q = rename.get(p, p)
+        starts = {tuple(h.lines): h.start for h in new.get(q, [])}
+        shifts = [
+            starts[tuple(h.lines)] - h.start
+            for h in hs
+            if starts.get(tuple(h.lines)) not in (None, h.start)
+        ]
+        if shifts:
+            moved.append(
+                f"{q}: {len(shifts)} of {len(hs)} hunks moved "
+                f"({', '.join(f'{d:+d}' for d in sorted(set(shifts)))} lines)"
+            )
+    missing = _lines(old) - _lines(new)
+    dropped = []
+    for p, hs in old.items():
+        for h in hs:
+            if any(missing[ln] for ln in h.lines):
+                dropped.append(
+                    f"{p}: {h.header} ({sum(1 for ln in h.lines if missing[ln])} of "
+                    f"{len(h.lines)} changed lines already upstream)"
+                )
+    added = sorted((_lines(new) - _lines(old)).elements())
+    return moved, dropped, added
+
+
+def renames(original: str, replayed: str) -> dict[str, str]:
+    """{path in the patch: path in the replay} for files the replay carries under a new
+    name (as compare() pairs them)."""
+    found = {}
+    for line in compare(original, replayed)[0]:
+        m = re.match(r"^(\S+) -> (\S+) \(file renamed upstream\)$", line)
+        if m:
+            found[m.group(1)] = m.group(2)
+    return found
+
+
+def part_of_the_way(original: str, replayed: str, made: set[str]) -> list[str]:
+    """Lines showing that upstream already made part of the patch's change, when that is the
+    whole difference between the patch and its replay; else [].
+
+    A line counts when upstream wrote it (it is in ``made``) where the patch removes a line,
+    and it is closer to one of the patch's added lines than any line the replay no longer
+    removes is (upstream went part of the way the patch goes, e.g. one of two arguments).
+    """
+    old, new = _lines(hunks(original)), _lines(hunks(replayed))
+    extra, missing = new - old, old - new
+    removed = [ln[1:] for ln in missing if ln[:1] == "-"]
+    plus = [ln[1:] for ln in old if ln[:1] == "+"]
+
+    def ratio(a: str, b: str) -> float:
+        return SequenceMatcher(None, a, b).ratio()
+
+    taken = []
+    for ln in extra:
+        u = ln[1:]
+        if ln[:1] != "-" or u not in made or not removed or not plus:
+            return []
+        goal = max(plus, key=lambda p: ratio(u, p))
+        if ratio(u, goal) <= max([0.5] + [ratio(o, goal) for o in removed]):
+            return []
+        taken.append(u)
+    return taken
+
+
+# Lines too common to say anything when they appear twice: block keywords and punctuation.
+_PLAIN = {"pass", "return", "else:", "try:", "finally:", "break", "continue", '"""', "'''"}
+
+
+def telling(line: str) -> bool:
+    """True when a line says something of its own: it has a letter or digit and is not a
+    bare block keyword (``pass``, ``else:``, ``return``...)."""
+    s = line.strip()
+    return bool(re.search(r"\w", s)) and s not in _PLAIN
+
+
+def added_lines(diff: str) -> dict[str, list[tuple[int, str]]]:
+    """{path after the change: [(line number in the new file, added text), ...]} of a diff
+    (a ``git show`` of one commit, any context size)."""
+    out: dict[str, list[tuple[int, str]]] = {}
+    path, n = None, 0
+    for line in diff.replace("\r\n", "\n").splitlines():
+        if line.startswith("diff --git "):
+            path = None
+            continue
+        if line.startswith("+++ "):
+            path = line[6:] if line.startswith("+++ b/") else None
+            continue
+        m = re.match(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@", line)
+        if m:
+            n = int(m.group(1))
+            continue
+        if path is None or line.startswith(("--- ", "\\")):
+            continue
+        if line[:1] == "+":
+            out.setdefault(path, []).append((n, line[1:]))
+            n += 1
+        elif line[:1] == " ":
+            n += 1
+    return out
+
+
+def repeats(
+    added: dict[str, list[tuple[int, str]]],
+    after: dict[str, str],
+    new_before: dict[str, str],
+    old_before: dict[str, str],
+) -> list[str]:
+    """The replay's added lines that the new release already holds elsewhere in the file.
+
+    A line counts when upstream itself added it between the releases (the file holds it more
+    often on the new release than on the old pin, both before the patch) and the replay adds
+    it once more: the result holds it twice. Whitespace around a line is ignored (upstream
+    may have moved it into another block); lines that say nothing (``telling``) are left out.
+
+    Args:
+        added: the replayed commit's added lines (``added_lines``).
+        after: {path: text} of each file after the replay.
+        new_before: {path: text} of each file on the new release + the patches before this one.
+        old_before: {path: text} of the same files on the old pin + the patches before this
+            one (under the path they had there).
+
+    Returns:
+        One sentence per repeated line, e.g. "a.py:31 adds `import os`, which a.py already has
+        at line 2 (upstream added it)", in file and line order.
+    """
+    found = []
+    for path, lines in added.items():
+        text = after.get(path, "").splitlines()
+        ours = {n for n, _ in lines}
+        counts_new = Counter(x.strip() for x in new_before.get(path, "").splitlines())
+        counts_old = Counter(x.strip() for x in old_before.get(path, "").splitlines())
+        for n, line in lines:
+            s = line.strip()
+            if not telling(s) or counts_new[s] <= counts_old[s]:
+                continue
+            elsewhere = [i for i, x in enumerate(text, 1) if x.strip() == s and i not in ours]
+            if elsewhere:
+                at = ("lines " if len(elsewhere) > 1 else "line ") + ", ".join(map(str, elsewhere))
+                found.append(
+                    f"{path}:{n} adds `{s}`, which {path} already has at {at} (upstream added it)"
+                )
+    return found

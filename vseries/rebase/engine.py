@@ -1,0 +1,288 @@
+"""The rebase engine: start a rebase, replay the patches one by one, and hand each one's
+evidence to decide().
+
+    start() -> replay() -> finish.finish()        (control.py: --continue, --skip, --abort)
+
+Every decision is saved in the state before the next patch is touched, so a run killed at any
+point resumes at the last decision without applying a patch twice.
+"""
+
+import shutil
+from pathlib import Path
+
+from vseries import am, git, patchfile, release, series
+from vseries import pin as pinmod
+from vseries.errors import SeriesError
+from vseries.rebase import diffs, evidence, finish, undo
+from vseries.rebase.contracts import Contracts
+from vseries.rebase.decide import DROP, STOP, Decision, decide
+from vseries.rebase.evidence import Evidence
+from vseries.rebase.state import (
+    CONFLICT,
+    NEXT,
+    REFS,
+    REPLAYING,
+    TWICE,
+    OldPin,
+    Row,
+    State,
+    Store,
+)
+from vseries.workspace import Workspace
+
+
+def preflight(ws: Workspace, pin: pinmod.Pin, entries: list[series.Entry]) -> None:
+    """What a real rebase needs of vllm/: a checkout, idle, clean, and no commits outside
+    the series (the rebase replays patches/, so they would be lost).
+
+    Raises:
+        SeriesError: naming what is in the way, with the command that clears it.
+    """
+    vdir = ws.vllm
+    git.require_checkout(vdir)
+    git.require_clean(
+        vdir, "a rebase could lose", "git -C vllm stash   # or commit them and scripts/refresh.sh"
+    )
+    want = am.wanted_ids(vdir, entries)
+    tips = {git.rev(vdir, "HEAD"), git.rev(vdir, am.BRANCH)} - {None}
+    foreign = [
+        c
+        for t in sorted(tips)
+        if git.ok(vdir, "merge-base", "--is-ancestor", pin.commit, t)
+        for c in am.foreign_commits(vdir, pin.commit, t, want)
+    ]
+    if foreign:
+        raise SeriesError(
+            "vllm/ holds commits that patches/ does not (the rebase replays "
+            "patches/):\n" + "\n".join(f"  {c}" for c in dict.fromkeys(foreign)),
+            "scripts/refresh.sh   # export them first",
+        )
+
+
+def start(
+    ws: Workspace,
+    target: str,
+    commit: str | None = None,
+    route: str = "auto",
+    contracts: bool = True,
+    check: bool = False,
+    report: Path | None = None,
+) -> int:
+    """Begin a rebase of the series onto ``target`` (or, with check, only classify).
+
+    Returns:
+        0 when every patch was decided; 1 when --check found a patch that needs a person.
+
+    Raises:
+        SeriesError: a rebase is already in progress; vllm/ is missing, busy, dirty or holds
+            commits outside the series; the tag is unknown; a patch stopped the replay (the
+            state is kept; the message names the files, hunks and next commands).
+    """
+    store = Store(ws)
+    st = store.load()
+    if st is not None:
+        raise SeriesError(
+            f"a rebase onto {st.target} is already in progress (state in {store.file})", NEXT
+        )
+    pin = pinmod.load(ws.pin_file)
+    entries = series.load(ws)
+    vdir = ws.vllm
+    if not check:
+        preflight(ws, pin, entries)
+    else:
+        git.require_checkout(vdir, idle=False)
+    if target == pin.tag:
+        if check:  # the weekly CI check when no newer release is out: nothing to report
+            print(f"rebase --check: the series is already on {target}; nothing to check")
+            return 0
+        raise SeriesError(f"the series is already on {target}")
+    shutil.rmtree(store.backup, ignore_errors=True)  # a leftover of a start that failed early
+    store.backup.mkdir(parents=True)
+    shutil.copy2(ws.pin_file, store.backup / "upstream.toml")
+    shutil.copytree(ws.patches, store.backup / "patches")
+    head, branch = git.rev(vdir, "HEAD"), git.head_branch(vdir)
+    git.run(vdir, "update-ref", REFS + "orig-head", head)
+    if git.rev(vdir, am.BRANCH):
+        git.run(vdir, "update-ref", REFS + "orig-series", git.rev(vdir, am.BRANCH))
+    # The refs that materialising the release may add (removed again by --abort); saved
+    # before anything is made, so that a run killed in the middle can still be aborted.
+    made = [
+        r
+        for r in (f"refs/tags/{target}", commit and f"refs/replace/{commit}")
+        if r and git.rev(vdir, r) is None
+    ]
+    st = State(
+        target=target,
+        commit=commit,
+        route=route,
+        check=check,
+        contracts=contracts,
+        report=str(report) if report else None,
+        old=OldPin(pin.tag, pin.commit, pin.source.filename),
+        orig_head=head,
+        orig_branch=branch,
+        gitlink=git.gitlink(ws.root),
+        refs=made,
+    )
+    store.save(st)
+    try:
+        rel = release.newer(vdir, pin, target, commit, route)
+    except SeriesError:  # an unknown tag, no network ...: leave no rebase behind
+        undo.abort(ws, quiet=True)
+        raise
+    # The series on the old pin, made afresh from patches/ (the same ids apply gives): the
+    # left side of every range-diff, and proof that the series applies where it claims to.
+    git.run(vdir, "checkout", "-q", "--detach", pin.commit)
+    old = []
+    for e in entries:
+        out = am.am(vdir, e.path)
+        if git.in_progress(vdir):
+            why = am.explain(vdir, e.path, out)
+            undo.abort(ws, quiet=True)
+            raise SeriesError(
+                f"{e.name} does not apply on the current pin {pin.tag}; nothing "
+                f"was changed; fix the series first:\n{why}",
+                "scripts/apply.sh --keep-conflict",
+            )
+        old.append(git.rev(vdir, "HEAD"))
+    if old:
+        git.run(vdir, "update-ref", REFS + "old-tip", old[-1])
+    git.run(vdir, "checkout", "-q", "--detach", rel.base)
+    st.status, st.new, st.next, st.head = REPLAYING, rel, 0, rel.base
+    st.rows = [
+        Row(e.name, patchfile.subject(e.path), old=c, options=e.options)
+        for e, c in zip(entries, old, strict=True)
+    ]
+    store.save(st)
+    print(f"rebase: {pin.tag} -> {target} ({rel.how}); replaying {len(entries)} patches")
+    return run(ws, st, store)
+
+
+def run(ws: Workspace, st: State, store: Store) -> int:
+    """Replay from st.next on, then finish; the shared tail of start and --continue."""
+    replay(ws, st, store)
+    return finish.finish(ws, st, store)
+
+
+def _evidence(st: State, row: Row) -> Evidence:
+    return Evidence(st.new.tag, st.old.tag, row.options.get("contract"))
+
+
+def replay(ws: Workspace, st: State, store: Store) -> None:
+    """Decide every patch from st.next on, saving the state after each decision.
+
+    Raises:
+        SeriesError: a patch needs a person (conflict, or a line it would add twice) in a
+            real rebase; the state is saved with the reason.
+    """
+    vdir = ws.vllm
+    contracts = Contracts(ws, st, lambda: store.save(st))
+    while st.row is not None:
+        row = st.row
+        patch = store.backup / "patches" / row.name
+        text = patch.read_text(errors="replace")
+        row.cls, row.evidence, row.new = "", [], ""  # a redo after a kill starts afresh
+        ev = _evidence(st, row)
+        ev.reverse_applies = evidence.reverse_applies(vdir, patch)
+        ev.same_patch_id = evidence.same_patch_id(vdir, text, st.old.commit, st.new.base)
+        if ev.reverse_applies or ev.same_patch_id:
+            decided(ws, st, store, row, decide(ev))
+            continue
+        before = git.rev(vdir, "HEAD")
+        # diff3: conflict regions also show the base, i.e. what upstream changed
+        out = am.am(vdir, patch, "-c", "merge.conflictStyle=diff3")
+        if git.in_progress(vdir):
+            ev.am, ev.conflict = "conflict", evidence.conflict_text(vdir, patch, out)
+            ev.verdict = contracts.verdict(row.options)  # before asking a person
+            if ev.verdict and ev.verdict[0] == "fail":
+                ev.kept = contracts.kept(row.options)
+            d = decide(ev)
+            if d.action == DROP or st.check:  # --check: record it and go on without it
+                git.run(vdir, "am", "--abort")
+                decided(ws, st, store, row, d)
+                continue
+            stop(st, store, row, d, CONFLICT)
+        if git.rev(vdir, "HEAD") == before:
+            ev.am = "nothing"
+            decided(ws, st, store, row, decide(ev))
+            continue
+        ev.am, ev.threeway = "applied", "3-way merge" in out
+        carried(ws, st, store, row, text, ev)
+
+
+def carried(
+    ws: Workspace, st: State, store: Store, row: Row, text: str, ev: Evidence, prefix=()
+) -> None:
+    """Decide a patch that is now a commit on HEAD: gather what its replay shows (what
+    moved, what upstream already had, lines it would add twice, its contract) and act on
+    decide(): keep the commit, drop it again, or stop for a person.
+
+    Args:
+        text: the patch file's text; ev: the evidence so far (am's outcome).
+        prefix: sentences that go before decide()'s (e.g. "fixed by hand and continued").
+    """
+    vdir = ws.vllm
+    contracts = Contracts(ws, st, lambda: store.save(st))
+    row.new = git.rev(vdir, "HEAD")
+    replayed = git.run(vdir, "show", "--format=", "--full-index", "-M", row.new)
+    ev.moved, ev.dropped, ev.added = diffs.compare(text, replayed)
+    ev.verdict = contracts.verdict(row.options)
+    if not (ev.verdict and ev.verdict[0] == "pass"):
+        made = evidence.upstream_made(
+            vdir,
+            st.old.commit,
+            st.new.base,
+            patchfile.touched(text) + patchfile.touched(replayed),
+        )
+        ev.taken = diffs.part_of_the_way(text, replayed, made)
+        if ev.verdict and ev.verdict[0] == "fail":
+            ev.kept = contracts.kept(row.options)
+        ev.repeated = evidence.repeated(vdir, text, replayed, row.old, row.new)
+    d = decide(ev)
+    d.evidence = [*prefix, *d.evidence]
+    if d.action == DROP:
+        git.run(vdir, "checkout", "-q", "--detach", "HEAD~1")
+        row.new = ""
+    elif d.action == STOP and not st.check:  # --check records it and goes on with it
+        stop(st, store, row, d, TWICE)
+    decided(ws, st, store, row, d)
+
+
+def stop(st: State, store: Store, row: Row, d: Decision, status: str) -> None:
+    """Save the state with this patch waiting for a person, and say what to do.
+
+    Raises:
+        SeriesError: always (exit 2, with the next commands).
+    """
+    row.cls, row.evidence = d.cls, d.evidence
+    st.status = status
+    store.save(st)
+    tag = st.new.tag
+    if status == CONFLICT:
+        why = d.evidence[0].split("\n", 1)[1] if "\n" in d.evidence[0] else d.evidence[0]
+        raise SeriesError(
+            f"patch {row.name} conflicts on {tag} + the patches before it; the git am "
+            f"session is open in vllm/:\n{why}\n" + "\n".join(d.evidence[1:]),
+            "fix the files in vllm/ and git -C vllm add them, then "
+            "scripts/rebase.sh --continue   # or --skip (drop it) or --abort",
+        )
+    raise SeriesError(
+        f"patch {row.name} would add lines twice on {tag} + the patches before it; it is "
+        "committed in vllm/ (HEAD) for you to look at:\n" + "\n".join(d.evidence),
+        "remove the repeated lines in vllm/ and git -C vllm commit -a --amend --no-edit, then "
+        "scripts/rebase.sh --continue   # or --continue as it is (keeps both), --skip (drop "
+        "the patch) or --abort",
+    )
+
+
+def decided(ws: Workspace, st: State, store: Store, row: Row, d: Decision) -> None:
+    """Record the decision on the current patch and move on to the next one."""
+    row.cls, row.evidence = d.cls, d.evidence
+    print(
+        f"  {row.name}: {row.cls}"
+        + (f" ({row.evidence[0].splitlines()[0]})" if row.evidence else "")
+    )
+    st.next += 1
+    st.head = git.rev(ws.vllm, "HEAD")
+    st.status = REPLAYING
+    store.save(st)

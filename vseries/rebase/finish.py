@@ -1,0 +1,118 @@
+"""After the last patch: the report; and, unless --check, the series branch, the pin, patches/,
+the series and the superproject's gitlink moved to the new release."""
+
+from pathlib import Path
+
+from vseries import am, git, refresh, series
+from vseries import pin as pinmod
+from vseries.errors import SeriesError
+from vseries.pin import Artefact
+from vseries.rebase.contracts import Contracts
+from vseries.rebase.decide import CARRIED, CONFLICT, SKIPPED, TWICE, UPSTREAMED
+from vseries.rebase.report import report
+from vseries.rebase.state import FINISHING, NEXT, REFS, State, Store
+from vseries.rebase.undo import OWN_REFS, drop_refs
+from vseries.workspace import Workspace
+
+
+def _move(ws: Workspace, st: State, notes: list[str]) -> None:
+    """Move the series branch, pin, patches/, series and gitlink to the new release."""
+    vdir, rel = ws.vllm, st.new
+    stamp = st.stamp_now()
+    if git.rev(vdir, REFS + "orig-series"):
+        git.run(
+            vdir,
+            "update-ref",
+            f"refs/vseries/backup/rebase-{stamp}",
+            git.rev(vdir, REFS + "orig-series"),
+        )
+        notes.append(f"the old branch {am.BRANCH} is kept as refs/vseries/backup/rebase-{stamp}")
+    git.run(vdir, "checkout", "-q", "-B", am.BRANCH)
+    pinmod.move(
+        ws.pin_file,
+        rel.tag,
+        rel.base,
+        Artefact(*rel.source),
+        Artefact(*rel.wheel),
+        rel.torch,
+        rel.triton,
+        upstream_id=None if rel.full else rel.upstream,
+    )
+    refresh.refresh(prune=True, ws=ws)  # upstreamed and skipped patches leave the series
+    header, _ = series.read(ws.series_file)
+    carried = [r for r in st.rows if r.new]
+    new_entries = series.load(ws, validate=False)
+    if len(new_entries) != len(carried):
+        raise SeriesError(
+            f"refresh exported {len(new_entries)} patches but {len(carried)} "
+            "were carried; the state is kept",
+            NEXT,
+        )
+    series.write(
+        header,
+        [series.Entry(e.name, c.options) for e, c in zip(new_entries, carried, strict=True)],
+        ws.series_file,
+    )
+    link = git.gitlink(ws.root)
+    if link and rel.full:
+        git.run(ws.root, "update-index", "--cacheinfo", f"160000,{rel.base},vllm")
+        notes.append(f"gitlink vllm moved to {rel.base[:12]} (staged in the superproject)")
+    elif link:
+        notes.append(
+            f"gitlink NOT moved: the upstream id of {rel.tag} is known only as {rel.upstream}"
+        )
+    store = Store(ws)
+    keep = store.dir / f"backup-{st.old.tag}-{stamp}"
+    if store.backup.exists():  # not yet moved by an earlier, killed finish
+        store.backup.rename(keep)
+    notes.append(f"the old pin and patches/ are kept in {ws.rel(keep)}")
+
+
+def finish(ws: Workspace, st: State, store: Store) -> int:
+    """Everything after the last patch.
+
+    Returns:
+        0; 1 when --check left a patch that needs a person (a conflict, or lines it would
+        add twice).
+    """
+    vdir, rel, rows = ws.vllm, st.new, st.rows
+    waiting = [r for r in rows if r.cls in (CONFLICT, TWICE)]
+    st.status = FINISHING
+    store.save(st)  # also counts the time up to here into elapsed_s
+    notes: list[str] = []
+    if not st.check:
+        _move(ws, st, notes)
+    twice = len([r for r in rows if r.cls == TWICE])
+    head = {
+        "title": f"Rebase of the series: {st.old.tag} -> {rel.tag}"
+        + (" (--check: nothing changed)" if st.check else ""),
+        "lines": [
+            f"old pin: {st.old.tag} {st.old.commit} ({st.old.source})",
+            f"new upstream: {rel.tag} {rel.upstream}; {rel.how}",
+            f"pin: wheel {rel.wheel[0]}, torch {rel.torch}, triton {rel.triton}"
+            + ("" if rel.triton_known else " (kept: torch's Triton could not be read)"),
+            f"result: {len([r for r in rows if r.cls in CARRIED])} carried, "
+            f"{len([r for r in rows if r.cls == UPSTREAMED])} upstreamed, "
+            f"{len([r for r in rows if r.cls == CONFLICT])} conflicts, "
+            f"{len([r for r in rows if r.cls == SKIPPED])} skipped"
+            + (f", {twice} adding a line twice" if twice else ""),
+            f"wall time: {st.elapsed_s:.1f} s",
+            *notes,
+        ],
+    }
+    text = report(vdir, head, rows)
+    out = Path(st.report) if st.report else (None if st.check else store.report_path(rel.tag))
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+    print(text + (f"\nrebase: report written to {out}" if out else ""))
+    Contracts(ws, st, lambda: None).remove_trees()
+    drop_refs(vdir, OWN_REFS)
+    store.remove()
+    if waiting and st.check:
+        what = "conflict" if not twice else "stop (a conflict, or lines added twice)"
+        print(
+            f"rebase: {len(waiting)} patch(es) would {what} on {rel.tag}; to rebase for real "
+            f"and fix them by hand: scripts/rebase.sh {rel.tag} (then --continue each)"
+        )
+    return 1 if waiting else 0
