@@ -1,0 +1,262 @@
+"""rebase, content-level promises (issue 15, items 2 and 3), on synthetic repos.
+
+Item 2, nothing applied twice: a replay that would add a line the new release already has
+elsewhere in the same file stops for a person (a real rebase) or is reported (``--check``),
+with the line, its place and upstream's place, instead of carrying it silently. Several
+shapes of the fault: a moved import, one hunk taken by upstream and the other's line placed
+elsewhere (partly upstreamed), a multi-line block, a file upstream also renamed, a line
+upstream re-indented; and lines that must NOT stop it (already twice on the old pin, lines
+that say nothing).
+
+Item 3, a conflict is stated only after the patch's contract had its say: the rebase runs the
+contract's CPU-decidable part (CUDA hidden) on plain upstream before it asks a person, and
+says what it ran; a contract whose GPU part cannot run against plain upstream still decides
+by its CPU part.
+
+These tests drive the command line only (``vseries rebase``), so that they run unchanged
+against the code before the fix.
+"""
+
+import pytest
+from conftest import git, make_patch
+from test_rebase import FULL, A, cli, edit, publish, report_of, rows_of
+
+from vseries import apply
+from vseries import pin as pinmod
+from vseries.errors import SeriesError
+
+TWICE, SKIPPED, RESOLVED = "adds a line twice", "dropped by --skip", "carried, resolved by hand"
+UPSTREAMED = "upstreamed"
+
+
+@pytest.fixture
+def offline(tiny, monkeypatch, tmp_path):
+    monkeypatch.setenv("VSERIES_OFFLINE", "1")
+    monkeypatch.setenv("VSERIES_CACHE", str(tmp_path / "cache"))
+    return tiny
+
+
+def series_of(ws, *patches, contract: str | None = None) -> None:
+    """Make each (edit, subject) a patch on the pin, list them, apply."""
+    names = []
+    for i, (change, subject) in enumerate(patches, 1):
+        p = make_patch(ws / "vllm", ws / "patches", change, subject)
+        p = p.rename(ws / "patches" / f"{i:04d}{p.name[4:]}")
+        names.append(p.name + (f" contract={contract}" if contract and i == 1 else ""))
+    (ws / "patches" / "series").write_text("".join(n + "\n" for n in names))
+    apply.apply()
+
+
+def insert_after(path: str, anchor: str, new: str):
+    return edit(path, anchor, anchor + new)
+
+
+def lines_of(ws, path: str, text: str) -> int:
+    return [ln.strip() for ln in (ws / "vllm" / path).read_text().splitlines()].count(text)
+
+
+# (patch edits, upstream's a.py (and other files), the repeated line, where upstream has it)
+SHAPES = {
+    "moved import": (
+        [(insert_after("a.py", "line 2\n", "import os\n"), "[P] import os")],
+        {"a.py": A.replace("line 30\n", "line 30\nimport os\n")},
+        "import os",
+    ),
+    "partly upstreamed, the other hunk's line placed elsewhere": (
+        [
+            (
+                lambda r: (
+                    insert_after("a.py", "line 5\n", "use_fast_path = True\n")(r),
+                    edit("a.py", "line 30\n", "thirty\n")(r),
+                ),
+                "[P] fast path and thirty",
+            )
+        ],
+        {
+            "a.py": A.replace("line 30\n", "thirty\n").replace(
+                "line 20\n", "line 20\nuse_fast_path = True\n"
+            )
+        },
+        "use_fast_path = True",
+    ),
+    "multi-line block": (
+        [(insert_after("a.py", "line 10\n", "def helper():\n    return 42\n"), "[P] helper")],
+        {"a.py": A + "def helper():\n    return 42\n"},
+        "def helper():",
+    ),
+    "file renamed upstream too": (
+        [(insert_after("a.py", "line 2\n", "import os\n"), "[P] import os")],
+        {"pkg/moved_a.py": "# header\n" + A.replace("line 35\n", "line 35\nimport os\n")},
+        "import os",
+    ),
+    "re-indented upstream": (
+        [(insert_after("a.py", "line 2\n", "import os\n"), "[P] import os")],
+        {"a.py": A.replace("line 25\n", "line 25\nif True:\n    import os\n")},
+        "import os",
+    ),
+}
+
+
+def publish_shape(index, files: dict[str, str]) -> None:
+    publish(index, "0.99.0", {"b.py": "x = 1\n", **files})
+
+
+def changed_file(files: dict[str, str]) -> str:
+    return next(iter(files))
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_line_upstream_has_elsewhere_stops_the_rebase(offline, index, shape):
+    """Item 2: the replay would leave the line twice; the rebase stops (exit 2, a next:
+    line), names the line and both places, and the patch's commit waits on HEAD."""
+    patches, files, line = SHAPES[shape]
+    series_of(offline, *patches)
+    publish_shape(index, files)
+    with pytest.raises(SeriesError) as e:
+        cli("v0.99.0", "--commit", FULL)
+    msg = str(e.value)
+    assert "would add lines twice" in msg and f"adds `{line}`" in msg
+    assert f"{changed_file(files)} already has at line" in msg
+    assert "next:" in msg and "--continue" in msg and "--skip" in msg
+    assert lines_of(offline, changed_file(files), line) == 2  # HEAD holds it, to look at
+    assert (offline / ".vseries" / "rebase" / "state.json").exists()
+    assert cli("--skip") == 0  # dropped: the file keeps upstream's line, once
+    assert list(rows_of(report_of(offline)).values()) == [SKIPPED]
+    assert lines_of(offline, changed_file(files), line) == 1
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_check_reports_a_line_added_twice(offline, index, tmp_path, shape):
+    """Item 2, --check: the row says so with evidence, and the exit code is 1."""
+    patches, files, line = SHAPES[shape]
+    series_of(offline, *patches)
+    publish_shape(index, files)
+    out = tmp_path / "check.md"
+    assert cli("--check", "v0.99.0", "--commit", FULL, "--report", str(out)) == 1
+    text = out.read_text()
+    assert list(rows_of(text).values()) == [TWICE]
+    assert f"adds `{line}`, which {changed_file(files)} already has at line" in text
+
+
+def test_continue_keeps_both_lines_and_says_so(offline, index):
+    patches, files, line = SHAPES["moved import"]
+    series_of(offline, *patches)
+    publish_shape(index, files)
+    with pytest.raises(SeriesError, match="would add lines twice"):
+        cli("v0.99.0", "--commit", FULL)
+    assert cli("--continue") == 0
+    rep = report_of(offline)
+    assert list(rows_of(rep).values()) == ["carried clean"]
+    assert "kept by the user (--continue)" in rep and "adds `import os`" in rep
+    assert lines_of(offline, "a.py", line) == 2
+    assert pinmod.load().tag == "v0.99.0"
+
+
+def test_fixing_the_commit_by_hand_then_continue(offline, index):
+    """The person takes the repeated line out of the commit and continues: the rest of the
+    patch is carried, the line is there once."""
+    line = "use_fast_path = True"
+    both = lambda r: (  # noqa: E731
+        insert_after("a.py", "line 5\n", line + "\n")(r),
+        edit("a.py", "line 35\n", "thirty-five\n")(r),
+    )
+    series_of(offline, (both, "[P] fast path and thirty-five"))
+    publish_shape(index, {"a.py": A.replace("line 20\n", "line 20\n" + line + "\n")})
+    with pytest.raises(SeriesError, match="would add lines twice"):
+        cli("v0.99.0", "--commit", FULL)
+    vdir = offline / "vllm"
+    text = (vdir / "a.py").read_text()
+    (vdir / "a.py").write_text(text.replace("line 5\n" + line + "\n", "line 5\n", 1))
+    git(vdir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qa", "--amend", "--no-edit")
+    assert cli("--continue") == 0
+    assert list(rows_of(report_of(offline)).values()) == [RESOLVED]
+    assert lines_of(offline, "a.py", line) == 1
+    assert "thirty-five" in (vdir / "a.py").read_text()
+
+
+@pytest.mark.parametrize(
+    "patch, upstream",
+    [
+        # the old pin already has "line 7" once; the patch adds it again (on purpose), and
+        # upstream did not add one: not upstream's line
+        (insert_after("a.py", "line 30\n", "line 7\n"), A.replace("line 1\n", "line one\n")),
+        # lines that say nothing are not evidence
+        (insert_after("a.py", "line 2\n", "pass\n"), A.replace("line 30\n", "line 30\npass\n")),
+    ],
+    ids=["already twice on purpose", "a line that says nothing"],
+)
+def test_lines_that_are_not_upstream_repeats_do_not_stop_it(offline, index, patch, upstream):
+    series_of(offline, (patch, "[P] one line"))
+    publish_shape(index, {"a.py": upstream})
+    assert cli("v0.99.0", "--commit", FULL) == 0
+    assert list(rows_of(report_of(offline)).values()) == ["carried clean"]
+
+
+# ---- item 3: the contract decides before a person is asked ------------------------------------
+
+CONTRACT = """import os, pathlib, pytest
+pytestmark = pytest.mark.contract
+
+def tree():
+    return pathlib.Path(os.environ["PYTHONPATH"].split(os.pathsep)[0])
+
+def test_twenty_on_the_cpu():
+    assert "twenty" in (tree() / "a.py").read_text().splitlines(), "line 20 is not twenty"
+
+@pytest.mark.skipif(os.environ.get("CUDA_VISIBLE_DEVICES") == "", reason="needs a CUDA device")
+def test_twenty_on_the_gpu():
+    # what a GPU part does against plain upstream (no release kernels built for it)
+    raise RuntimeError("CUDA error: no kernel image is available for execution on the device")
+"""
+
+
+def upstream_took_it_and_edited_the_next_line(offline, index, monkeypatch, twenty: str):
+    """Patch: line 20 -> twenty. Upstream: line 20 -> ``twenty`` and line 21 edited, so the
+    3-way merge conflicts. CUDA_VISIBLE_DEVICES is unset, as on a GPU host."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    (offline / "tests").mkdir()
+    (offline / "tests" / "contract_a.py").write_text(CONTRACT)
+    series_of(
+        offline,
+        (edit("a.py", "line 20\n", "twenty\n"), "[P] twenty"),
+        contract="tests/contract_a.py",
+    )
+    new = A.replace("line 20\n", twenty).replace("line 21\n", "line 21 edited upstream\n")
+    publish_shape(index, {"a.py": new})
+
+
+def test_contract_cpu_part_decides_a_conflict_before_asking(offline, index, monkeypatch, capsys):
+    """Item 3: upstream took the change and edited the adjacent line; the contract's CPU part
+    passes on plain upstream, so the patch is upstreamed, not a conflict, even where a GPU
+    part of the contract cannot run there; the report says the contract decided."""
+    upstream_took_it_and_edited_the_next_line(offline, index, monkeypatch, "twenty\n")
+    assert cli("v0.99.0", "--commit", FULL) == 0
+    rep = report_of(offline)
+    assert list(rows_of(rep).values()) == [UPSTREAMED]
+    assert "contract tests/contract_a.py passes on plain v0.99.0" in rep
+    assert "decided before asking a person" in rep and "CUDA hidden" in rep
+    assert "the patch itself conflicts there" in rep
+    assert "upstreamed (contract tests/contract_a.py passes" in capsys.readouterr().out
+
+
+def test_conflict_says_the_contract_ran_first(offline, index, monkeypatch):
+    """Item 3: where the contract's CPU part fails on plain upstream, the conflict stands, and
+    the message says the contract ran before the person was asked, and what it said."""
+    upstream_took_it_and_edited_the_next_line(offline, index, monkeypatch, "twenty-one\n")
+    with pytest.raises(SeriesError) as e:
+        cli("v0.99.0", "--commit", FULL)
+    msg = str(e.value)
+    assert "conflicts on v0.99.0" in msg
+    assert "not fully upstream: contract tests/contract_a.py fails on plain v0.99.0" in msg
+    assert "checked before stopping: contract tests/contract_a.py ran on plain v0.99.0" in msg
+    assert "CUDA hidden" in msg
+
+
+def test_conflict_without_a_contract_says_nothing_could_decide(offline, index):
+    series_of(offline, (edit("a.py", "line 20\n", "twenty\n"), "[P] twenty"))
+    new = A.replace("line 20\n", "twenty\n").replace("line 21\n", "line 21 edited\n")
+    publish_shape(index, {"a.py": new})
+    with pytest.raises(SeriesError) as e:
+        cli("v0.99.0", "--commit", FULL)
+    assert "0001-P-twenty.patch conflicts on v0.99.0" in str(e.value)
+    assert "not checked before stopping: patches/series names no contract" in str(e.value)
