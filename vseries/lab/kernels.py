@@ -102,7 +102,7 @@ _DSV4 = "vllm.v1.attention.ops.deepseek_v4_ops."
 
 _MOE = "vllm.model_executor.layers.fused_moe."
 
-_PATCHED = "do_not_specialize (rope-nospec)"
+PATCHED = "do_not_specialize (rope-nospec)"
 
 _LEFT_MOE = "left: fused_moe.py belongs to the swap-AB patch"
 
@@ -118,7 +118,7 @@ AUDIT: tuple[KernelAudit, ...] = (
         "round_up(T, 4) (_fused_inv_rope_fp8_quant_kernel_impl). fp8_stride_group = "
         "T * d also follows T, but d is a multiple of 128: its key never changes and "
         "its hint gives 16-byte fp8 stores, so it stays specialised",
-        _PATCHED,
+        PATCHED,
         "decode+prefill",
     ),
     KernelAudit(
@@ -126,7 +126,7 @@ AUDIT: tuple[KernelAudit, ...] = (
         "quantize_and_insert_k_kernel",
         ("num_tokens",),
         "num_tokens = slot_mapping.shape[0] (quantize_and_insert_k_cache)",
-        _PATCHED,
+        PATCHED,
         "tests only in v0.21.0 (no caller in vllm/)",
     ),
     KernelAudit(

@@ -43,9 +43,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from vseries.lab.kernels import (  # noqa: F401  (the audit's API, one import away)
-    _PATCHED,
     AUDIT,
     MOVES,
+    PATCHED,
     QUANT_INSERT_KERNEL,
     QUANT_INSERT_LOCATIONS,
     ROPE_KERNEL,
@@ -257,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{r['kernel']} {k}: {r[k]}")
         if "sweep" in result:
             print("sweep:", json.dumps(result["sweep"]))
-    bad = [r["kernel"] for r in rows if r["action"] == _PATCHED and r["specialised"] != "none"]
+    bad = [r["kernel"] for r in rows if r["action"] == PATCHED and r["specialised"] != "none"]
     if bad:
         print(f"still specialised on a token-following argument: {bad}", file=sys.stderr)
     return 1 if bad else 0
