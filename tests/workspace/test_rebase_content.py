@@ -17,11 +17,15 @@ These tests drive the command line only (``vseries rebase``), so that they run u
 against the code before the fix.
 """
 
+import io
+import re
+import tarfile
+
 import pytest
-from conftest import git, make_patch
+from conftest import ROOT, git, make_patch
 from test_rebase import FULL, A, cli, edit, publish, report_of, rows_of
 
-from vseries import apply
+from vseries import apply, patchfile, series
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
 
@@ -260,3 +264,59 @@ def test_conflict_without_a_contract_says_nothing_could_decide(offline, index):
         cli("v0.99.0", "--commit", FULL)
     assert "0001-P-twenty.patch conflicts on v0.99.0" in str(e.value)
     assert "not checked before stopping: patches/series names no contract" in str(e.value)
+
+
+@pytest.mark.slow
+def test_real_patch_upstreamed_with_an_adjacent_edit_is_decided_by_its_contract(
+    ws, pristine, pin, index, monkeypatch, tmp_path
+):
+    """Item 3 on a real patch: a release that took the FP8 oracle patch in full and edited
+    the line next to its first change (so the 3-way merge conflicts) is told upstreamed by the
+    patch's CPU-decidable contract (the oracle table), not stopped as a conflict. About 1-2
+    minutes (one contract run, a source release of the whole tree)."""
+    monkeypatch.setenv("VSERIES_OFFLINE", "1")
+    monkeypatch.setenv("VSERIES_CACHE", str(tmp_path / "cache"))
+    for extra in ("tests", "vseries", "pyproject.toml"):  # the contract tests and their imports
+        (ws / extra).symlink_to(ROOT / extra)
+    contract = "tests/contract/test_fp8_oracle.py"
+    entry = next(e for e in series.read(ws / "patches" / "series")[1] if e.contract == contract)
+    for p in (ws / "patches").glob("*.patch"):
+        if p.name != entry.name:
+            p.unlink()
+    (ws / "patches" / "series").write_text(entry.line() + "\n")
+    apply.apply()
+    new = tmp_path / "new"
+    git(pristine, "worktree", "add", "-q", "--detach", str(new), pin.commit)
+    git(new, "apply", str(ws / "patches" / entry.name))
+    first = next(
+        (path, h)
+        for path, hs in patchfile.hunks((ws / "patches" / entry.name).read_text()).items()
+        if path.startswith("vllm/")
+        for h in hs
+    )
+    path, hunk = first
+    body = (new / path).read_text().splitlines(keepends=True)
+    # the context line just above the hunk's first change, where the patched file has it
+    text = (ws / "patches" / entry.name).read_text()
+    block = text.split(hunk.title + "\n", 1)[1].splitlines()
+    before = next(i for i, ln in enumerate(block) if ln[:1] in "+-")
+    new_start = int(re.match(r"@@ -\d+(?:,\d+)? \+(\d+)", hunk.title).group(1))
+    at = new_start + sum(1 for ln in block[:before] if ln[:1] != "-") - 2
+    body[at] = body[at].rstrip("\n") + "  # edited upstream\n"
+    (new / path).write_text("".join(body))
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
+        for name in git(new, "ls-files", "-co", "--exclude-standard").splitlines():
+            tar.add(new / name, f"vllm-0.99.0/{name}", recursive=False)
+        version = f"__version__ = '0.99.0'\n__commit_id__ = 'g{FULL[:9]}'\n".encode()
+        info = tarfile.TarInfo("vllm-0.99.0/vllm/_version.py")
+        info.size = len(version)
+        tar.addfile(info, io.BytesIO(version))
+    index.files["vllm-0.99.0.tar.gz"] = buf.getvalue()
+    index.files["vllm-0.99.0-cp38-abi3-manylinux_2_28_x86_64.whl"] = b"not a wheel"
+    out = tmp_path / "check.md"
+    assert cli("--check", "v0.99.0", "--commit", FULL, "--report", str(out)) == 0
+    rep = out.read_text()
+    assert list(rows_of(rep).values()) == [UPSTREAMED], rep
+    assert f"contract {contract} passes on plain v0.99.0" in rep
+    assert "the patch itself conflicts there" in rep and "decided before asking a person" in rep

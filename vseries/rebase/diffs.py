@@ -5,6 +5,8 @@ before and after), these functions say what moved, what upstream already had, an
 the patch's added lines the new release already holds elsewhere.
 """
 
+import builtins
+import keyword
 import re
 from collections import Counter
 from difflib import SequenceMatcher
@@ -104,15 +106,21 @@ def part_of_the_way(original: str, replayed: str, made: set[str]) -> list[str]:
     return taken
 
 
-# Lines too common to say anything when they appear twice: block keywords and punctuation.
-_PLAIN = {"pass", "return", "else:", "try:", "finally:", "break", "continue", '"""', "'''"}
+# Names that do not make a line anyone's own: Python's keywords and builtins.
+_PLAIN = set(keyword.kwlist) | set(dir(builtins))
 
 
 def telling(line: str) -> bool:
-    """True when a line says something of its own: it has a letter or digit and is not a
-    bare block keyword (``pass``, ``else:``, ``return``...)."""
+    """True when a line says something of its own, so that finding it twice means something:
+    code (not a comment), a whole expression (its brackets balance: not ``if (`` or
+    ``logger.info(``), and a name that is not a keyword or builtin (``import os``,
+    ``x = True``; not ``return None``, ``pass``, ``) -> bool:``)."""
     s = line.strip()
-    return bool(re.search(r"\w", s)) and s not in _PLAIN
+    if not s or s.startswith("#"):
+        return False
+    if any(s.count(a) != s.count(b) for a, b in ("()", "[]", "{}")):
+        return False
+    return any(w not in _PLAIN for w in re.findall(r"[A-Za-z_]\w*", s))
 
 
 def added_lines(diff: str) -> dict[str, list[tuple[int, str]]]:
@@ -149,10 +157,12 @@ def repeats(
 ) -> list[str]:
     """The replay's added lines that the new release already holds elsewhere in the file.
 
-    A line counts when upstream itself added it between the releases (the file holds it more
-    often on the new release than on the old pin, both before the patch) and the replay adds
-    it once more: the result holds it twice. Whitespace around a line is ignored (upstream
-    may have moved it into another block); lines that say nothing (``telling``) are left out.
+    A line counts when it is new to the file on both sides: the old pin did not have it (the
+    patch brought it), upstream added it between the releases, and the replay adds it once
+    more, so the result holds it twice. A line the old pin already had (an idiom such as a
+    decorator used on every test) says nothing about upstream taking the patch. Whitespace
+    around a line is ignored (upstream may have moved it into another block); lines that say
+    nothing (``telling``) are left out.
 
     Args:
         added: the replayed commit's added lines (``added_lines``).
@@ -173,7 +183,7 @@ def repeats(
         counts_old = Counter(x.strip() for x in old_before.get(path, "").splitlines())
         for n, line in lines:
             s = line.strip()
-            if not telling(s) or counts_new[s] <= counts_old[s]:
+            if not telling(s) or counts_old[s] or not counts_new[s]:
                 continue
             elsewhere = [i for i, x in enumerate(text, 1) if x.strip() == s and i not in ours]
             if elsewhere:
