@@ -20,7 +20,11 @@ both grouped GEMMs, SiLU-and-mul, intermediate quantisation, top-k weighted redu
 static per-tensor FP8 weights and activations (the case whose default changes), the same
 weights, inputs and routing for both. Shapes: Qwen3-30B-A3B (E=128, top-8, hidden 2048,
 intermediate 768) and Mixtral-8x7B (E=8, top-2, hidden 4096, intermediate 14336); batches
-1..64 tokens timed under CUDA-graph replay, prefill 512/2048/8192 tokens with `do_bench`.
+1..64 tokens and prefill 512/2048/8192 tokens, every row under CUDA-graph replay
+(`benchmarks/harness.py`, shared by every benchmark): at decode sizes 8 routings with
+different experts are captured in one graph and cycled, so that no expert's weights stay in L2
+from the previous call; a prefill batch touches every expert, one routing. Bytes, roofline and
+the result file are the harness's too.
 
 Numerics: per shape, every backend on a fresh random batch of NUMERICS_BATCH tokens against a
 float32 reference of the same quantised layer (dequantised FP8 weights, activations
@@ -42,18 +46,20 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import math
 import sys
 import time
 import traceback
 import types
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-GRAPH_MAX_M = 64  # decode sizes: timed under CUDA-graph replay (vLLM captures these)
-DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
+DECODE_BATCHES = harness.DECODE_BATCHES
 PREFILL_BATCHES = (512, 2048, 8192)
 NUMERICS_BATCH = 4
 CALIBRATION_BATCH = 256  # tokens used to set the static activation scales
@@ -83,20 +89,11 @@ class Shape:
 
 
 SHAPES = {
-    "qwen3-30b-a3b": Shape("Qwen3-30B-A3B", 128, 8, 2048, 768),
-    "mixtral-8x7b": Shape("Mixtral-8x7B", 8, 2, 4096, 14336),
+    "qwen3-30b-a3b": Shape("Qwen3-30B-A3B", *harness.MOE_SHAPES["qwen3-30b-a3b"]),
+    "mixtral-8x7b": Shape("Mixtral-8x7B", *harness.MOE_SHAPES["mixtral-8x7b"]),
 }
 
 VARIANTS = ("triton", "flashinfer_cutlass", "vllm_cutlass")
-
-
-def read_bandwidth_gbps() -> float:
-    """Read bandwidth in GB/s: a torch sum over 2 GiB (reads every byte once), median."""
-    import triton
-
-    x = torch.empty(2 * 1024**3, dtype=torch.uint8, device="cuda").view(torch.float32).normal_()
-    ms = triton.testing.do_bench(lambda: x.sum(), warmup=50, rep=300, return_mode="median")
-    return 2 * 1024**3 / (ms * 1e-3) / 1e9
 
 
 def qdq(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -304,26 +301,6 @@ def make_kernel(layer: Layer, variant: str):
     return run, type(kernel.fused_experts).__name__
 
 
-def moved_bytes(shape: Shape, m: int, topk_ids: torch.Tensor) -> int:
-    """Bytes that must move: each distinct expert's FP8 weights once (w1 2N*K + w2 K*N, 1 byte
-    each, plus its two float32 scales), bf16 input and output [M, K]."""
-    experts = topk_ids.unique().numel()
-    per_expert = 3 * shape.intermediate * shape.hidden + 8
-    return experts * per_expert + 2 * 2 * m * shape.hidden
-
-
-def time_us(fn, m: int) -> tuple[float, str]:
-    """Median time of fn() in us: CUDA-graph replay for m <= GRAPH_MAX_M, else do_bench."""
-    import triton
-
-    if m <= GRAPH_MAX_M:
-        ms = triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median")
-        return ms * 1e3, "cudagraph"
-    rep = 50 if m >= 8192 else 100
-    ms = triton.testing.do_bench(fn, warmup=25, rep=rep, return_mode="median")
-    return ms * 1e3, "do_bench"
-
-
 def check_numerics(layer: Layer, kernels: dict, gen: torch.Generator) -> dict:
     """Each backend vs the float32 reference on a fresh random batch of NUMERICS_BATCH tokens."""
     s = layer.shape
@@ -365,9 +342,15 @@ def autotune_flashinfer(run, shape: Shape, m: int) -> None:
 
 
 def bench_shape(
-    shape: Shape, batches: list[int], tree: str, log, variants: tuple[str, ...] = VARIANTS
-) -> list[dict]:
-    """All rows of one shape: every variant at every batch, with their numerics fields."""
+    shape: Shape,
+    batches: list[int],
+    tree: str,
+    log,
+    bw: float,
+    variants: tuple[str, ...] = VARIANTS,
+) -> list[harness.Row]:
+    """All rows of one shape: every variant at every batch, with their numerics fields (bw:
+    read bandwidth, bytes/s)."""
     gen = torch.Generator(device="cuda").manual_seed(SEED)
     layer = make_layer(shape, gen)
     calibrate(layer, gen)
@@ -393,55 +376,64 @@ def bench_shape(
 
     rows = []
     failed = dict(build_errors)
+    dtype = "fp8_w8a8 per-tensor static"
     for m in batches:
-        # Same inputs and routing for both variants at this batch.
+        # Same inputs and routings for every variant at this batch; decode sizes cycle
+        # several routings inside the graph (no expert stays in L2), prefill touches all.
         bgen = torch.Generator(device="cuda").manual_seed(SEED + 1000 + m)
         x = torch.randn((m, shape.hidden), generator=bgen, device="cuda", dtype=torch.bfloat16)
-        topk_weights, topk_ids = route(x, shape, bgen)
-        nbytes = moved_bytes(shape, m, topk_ids)
+        sets = [route(x, shape, bgen) for _ in range(harness.ROUTINGS if m <= 64 else 1)]
+        nbytes = sum(
+            harness.moe_bytes(ids, shape.hidden, shape.intermediate) for _, ids in sets
+        ) / len(sets)
+        distinct = sum(int(ids.unique().numel()) for _, ids in sets) / len(sets)
         flops = 2 * m * shape.topk * 3 * shape.intermediate * shape.hidden
         for variant in variants:
-            row = {
-                "case": shape.name,
-                "dtype": "fp8_w8a8 per-tensor static",
-                "batch": m,
-                "variant": variant if tree == "patched" else f"{variant} ({tree})",
+            label = variant if tree == "patched" else f"{variant} ({tree})"
+            extra = {
                 "backend": variant,
                 "tree": tree,
                 "E": shape.num_experts,
                 "topk": shape.topk,
                 "hidden": shape.hidden,
                 "intermediate": shape.intermediate,
-                "bytes": nbytes,
-                "distinct_experts": int(topk_ids.unique().numel()),
+                "distinct_experts": distinct,
+                "routing_sets": len(sets),
                 "numerics_batch": NUMERICS_BATCH,
                 "numerics_tol": MAX_REL_ERR_TOL,
                 **numerics.get(variant, {}),
             }
             if variant in failed:
-                row.update(us=None, roofline_pct=None, error=failed[variant])
-                rows.append(row)
+                rows.append(
+                    harness.failed(
+                        "fp8-oracle", shape.name, dtype, m, label, failed[variant], **extra
+                    )
+                )
                 continue
             run, experts_cls = kernels[variant]
-            row["experts_cls"] = experts_cls
+            extra["experts_cls"] = experts_cls
             try:
-                call = functools.partial(run, x, topk_weights, topk_ids)
+                calls = [functools.partial(run, x, tw, ti) for tw, ti in sets]
                 if variant == "flashinfer_cutlass":
                     # FlashInfer profiles one token bucket per autotune call (its log: "1/1
                     # profile"), so each batch gets its own, on top of vLLM's warm-up at the
                     # largest batch: FlashInfer runs its best tactic at every size.
                     with torch.inference_mode(), fi_autotune():
-                        call()
-                call()  # compiles Triton, sizes the workspace
+                        calls[0]()
+                calls[0]()  # compiles Triton, sizes the workspace
                 torch.cuda.synchronize()
-                us, method = time_us(call, m)
-                row.update(us=us, timing=method, tflops=flops / (us * 1e-6) / 1e12)
+                t = harness.time_graph(calls)
+                extra.update(timing="graph", tflops=flops / (t.us * 1e-6) / 1e12)
+                row = harness.Row(
+                    "fp8-oracle", shape.name, dtype, m, label, t.us, t.us_min, t.us_max,
+                    int(nbytes), harness.roofline_pct(nbytes, t.us, bw), extra,
+                )  # fmt: skip
             except Exception as e:
                 failed[variant] = f"{type(e).__name__}: {e}"
                 traceback.print_exc()
-                row.update(us=None, roofline_pct=None, error=failed[variant])
+                row = harness.failed("fp8-oracle", shape.name, dtype, m, label, e, **extra)
             rows.append(row)
-            log(f"  M={m:5d} {variant:16s} {row.get('us') or float('nan'):10.1f} us")
+            log(f"  M={m:5d} {variant:16s} {row.us or float('nan'):10.1f} us")
     del layer, kernels
     torch.cuda.empty_cache()
     return rows
@@ -466,10 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(f"[{time.monotonic() - t0:6.1f}s] {msg}", flush=True)
 
-    result = {
-        "bench": "fp8-oracle",
-        "variant": args.variant,
-        "command": " ".join(sys.argv),
+    about = {
         "variants": {
             "triton": "TritonExperts (fused_moe_kernel), backend TRITON",
             "flashinfer_cutlass": "FlashInferExperts (FlashInfer cutlass_fused_moe, reduced "
@@ -477,47 +466,36 @@ def main(argv: list[str] | None = None) -> int:
             "vllm_cutlass": "CutlassExpertsFp8 (vLLM's cutlass_moe_mm), backend VLLM_CUTLASS",
         },
         "numerics_tol": MAX_REL_ERR_TOL,
-        "rows": [],
     }
     if not torch.cuda.is_available():
-        result["error"] = "CUDA is not available: this benchmark needs an NVIDIA GPU"
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
-        print(result["error"], file=sys.stderr)
+        error = "CUDA is not available: this benchmark needs an NVIDIA GPU"
+        harness.write(args.out, harness.header("fp8-oracle", args.variant, None, error=error), [])
+        print(error, file=sys.stderr)
         return 2
 
-    import triton
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.v1.worker.workspace import init_workspace_manager
 
     import vllm
 
-    result.update(
-        device=torch.cuda.get_device_name(),
-        torch=torch.__version__,
-        triton=triton.__version__,
-        vllm_file=vllm.__file__,
-    )
-    result["read_bw_GBps"] = read_bw = read_bandwidth_gbps()
-    log(f"read bandwidth {read_bw:.0f} GB/s on {result['device']}")
+    bw = harness.read_bandwidth()
+    head = harness.header("fp8-oracle", args.variant, bw, vllm_file=vllm.__file__, **about)
+    log(f"read bandwidth {bw / 1e12:.2f} TB/s on {head['gpu']}")
 
+    rows: list[harness.Row] = []
     init_workspace_manager(torch.device("cuda:0"))
     with set_current_vllm_config(VllmConfig()):
         for key in args.shapes:
             log(f"shape {SHAPES[key]}")
-            rows = bench_shape(SHAPES[key], args.batches, args.variant, log, tuple(args.variants))
-            for row in rows:
-                if row.get("us"):
-                    row["roofline_pct"] = 100 * row["bytes"] / (row["us"] * 1e-6) / (read_bw * 1e9)
-            result["rows"] += rows
-            with open(args.out, "w") as f:  # partial results survive a later failure
-                json.dump(result, f, indent=1)
+            rows += bench_shape(
+                SHAPES[key], args.batches, args.variant, log, bw, tuple(args.variants)
+            )
+            harness.write(args.out, head, rows)  # partial results survive a later failure
 
-    result["wall_s"] = time.monotonic() - t0
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    head["wall_s"] = time.monotonic() - t0
+    harness.write(args.out, head, rows)
     log(f"wrote {args.out}")
-    bad = [r for r in result["rows"] if r.get("error") or r.get("numerics_ok") is False]
+    bad = [r for r in rows if "error" in r.extra or r.extra.get("numerics_ok") is False]
     return 1 if bad else 0
 
 

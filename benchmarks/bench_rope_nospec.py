@@ -8,13 +8,15 @@ every variant the tree needs is compiled for real. Run it once per tree, from in
         python3 <workspace>/benchmarks/bench_rope_nospec.py --variant base --out base.json \\
         --dump base.pt
 
-Rows (the workspace's shared JSON format; batch = token count T):
+Rows (``benchmarks/harness.py``'s result file; shape = the row kind, m = token count T):
 - ``first_call``: wall ms of the first call at a token count not seen before (warm-up at T=1,
   then the sweep), with ``compiles`` and ``compile_ms`` (Triton compile hooks) of that call.
   v0.21.0 compiles at T=1, 2, 16 and 31 of this sweep; the patched tree only at T=1.
 - ``warm_call``: wall ms of the next call at the same T (launch overhead + kernel).
-- ``steady``: kernel time, median us (CUDA-graph replay for T <= 64, ``do_bench`` above), with
-  the bytes that must move and their fraction of the measured read bandwidth.
+- ``steady``: kernel time under CUDA-graph replay (the harness's ``time_graph``: median and
+  range of the replays, in us; up to T=64, 8 input sets cycled inside the graph so that none
+  stays in L2), with the bytes that must move and their fraction of the read bandwidth
+  measured in the same run.
 ``--dump FILE`` saves the outputs at a few T (same seeded inputs in every tree) so that base
 and patched can be compared bit for bit: ``--compare base.pt patched.pt`` (any host) prints
 one line per T and exits 1 on a difference. About 30-60 s on an H200.
@@ -31,12 +33,13 @@ os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_rope_nospec_trit
 
 import argparse  # noqa: E402
 import importlib  # noqa: E402
-import json  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
-import triton  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
 
 # vseries (the workspace's package) sits next to benchmarks/. Appended, never prepended: the
 # workspace root may hold a vllm/ checkout that must not shadow the tree under test.
@@ -50,20 +53,14 @@ from vseries.lab.recompile import (  # noqa: E402
 )
 
 HEAD_DIM, ROPE_DIM, QUANT_BLOCK, MAX_POS = 512, 64, 128, 4096  # DeepSeek-V4 attention output
-GRAPH_MAX_T = 64  # decode sizes: timed under CUDA-graph replay (vLLM captures these)
+CYCLE_MAX_T = 64  # up to this T, several input sets are cycled in the graph (L2 is 50 MB)
 DUMP_T = (1, 5, 17, 33, 128)
 
 
-def read_bandwidth_gbps() -> float:
-    """Read bandwidth in GB/s: a torch sum over 2 GiB (reads every byte once), median."""
-    x = torch.empty(2 * 1024**3, dtype=torch.uint8, device="cuda").view(torch.float32).normal_()
-    ms = triton.testing.do_bench(lambda: x.sum(), warmup=50, rep=300, return_mode="median")
-    return x.numel() * 4 / (ms * 1e-3) / 1e9
-
-
-def inputs(t: int, heads: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Seeded inputs for T tokens: o [T, heads, 512] bf16 and positions [T] int64."""
-    gen = torch.Generator(device="cuda").manual_seed(1000 + t)
+def inputs(t: int, heads: int, k: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seeded inputs for T tokens: o [T, heads, 512] bf16 and positions [T] int64; set k of
+    several (k=0: the set --dump compares between trees)."""
+    gen = torch.Generator(device="cuda").manual_seed(1000 + t + 7919 * k)
     o = torch.randn(t, heads, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
     positions = torch.randint(0, MAX_POS, (t,), device="cuda", generator=gen)
     return o, positions
@@ -111,10 +108,11 @@ def main() -> int:
     p.add_argument("--heads", type=int, default=64, help="attention heads (default 64)")
     p.add_argument("--groups", type=int, default=8, help="output groups (default 8)")
     p.add_argument(
-        "--graph-max-t",
+        "--cycle-max-t",
         type=int,
-        default=GRAPH_MAX_T,
-        help="time steady state under CUDA-graph replay up to this T (default 64)",
+        default=CYCLE_MAX_T,
+        help=f"cycle {harness.ROUTINGS} input sets in the steady-state graph up to this T "
+        "(default 64; above it one set: it does not fit in L2 anyway)",
     )
     p.add_argument("--compare", nargs=2, metavar="PT", help="compare two --dump files instead")
     args = p.parse_args()
@@ -134,25 +132,32 @@ def main() -> int:
     token_counts = [WARMUP, *SWEEP]
     data = {t: inputs(t, heads) for t in token_counts}
 
-    def call(t: int):
-        o, positions = data[t]
+    def call(t: int, o=None, positions=None):
+        if o is None:
+            o, positions = data[t]
         return module.fused_inv_rope_fp8_quant(o, positions, cache, groups, heads // groups)
 
     # Reserve the largest call's memory once, so that first calls do not also pay cudaMalloc.
     torch.empty(bytes_moved(max(token_counts), heads, groups), dtype=torch.uint8, device="cuda")
-    read_bw = read_bandwidth_gbps()
-    rows = []
+    bw = harness.read_bandwidth()
+    rows: list[harness.Row] = []
 
-    def row(case: str, t: int, us: float, **extra) -> None:
+    def row(case: str, t: int, us: float, us_min=None, us_max=None, nbytes=0, pct=None, **extra):
+        """A row of kind ``case`` (first_call, warm_call, steady) at T tokens."""
         rows.append(
-            {
-                "case": case,
-                "dtype": "bf16->fp8_e4m3",
-                "batch": t,
-                "variant": args.variant,
-                "us": round(us, 3),
-                **extra,
-            }
+            harness.Row(
+                "rope-nospec",
+                case,
+                "bf16->fp8_e4m3",
+                t,
+                args.variant,
+                round(us, 3),
+                round(us if us_min is None else us_min, 3),
+                round(us if us_max is None else us_max, 3),
+                nbytes,
+                pct,
+                extra,
+            )  # fmt: skip
         )
 
     with CompileRecorder() as rec:
@@ -175,10 +180,8 @@ def main() -> int:
                 ms=round(first_ms, 3),
                 compiles=len(new),
                 compile_ms=round(sum(e.ms for e in new), 1),
-                bytes=None,
-                roofline_pct=None,
             )
-            row("warm_call", t, warm_ms * 1e3, ms=round(warm_ms, 3), bytes=None, roofline_pct=None)
+            row("warm_call", t, warm_ms * 1e3, ms=round(warm_ms, 3))
             print(
                 f"T={t:6d} first {first_ms:9.2f} ms ({len(new)} compiles)  warm {warm_ms:7.3f} ms",
                 flush=True,
@@ -186,25 +189,18 @@ def main() -> int:
     compiles = [e for e in rec.events if e.kernel.endswith(ROPE_KERNEL)]
 
     for t in token_counts:
-        if t <= args.graph_max_t:
-            ms = triton.testing.do_bench_cudagraph(
-                lambda t=t: call(t), rep=100, return_mode="median"
-            )
-        else:
-            ms = triton.testing.do_bench(
-                lambda t=t: call(t), warmup=25, rep=100, return_mode="median"
-            )
+        sets = [data[t]] + [
+            inputs(t, heads, k) for k in range(1, harness.ROUTINGS if t <= args.cycle_max_t else 1)
+        ]
+        timed = harness.time_graph([lambda t=t, s=s: call(t, *s) for s in sets])
         moved = bytes_moved(t, heads, groups)
-        pct = 100 * moved / (ms * 1e-3) / (read_bw * 1e9)
+        pct = harness.roofline_pct(moved, timed.us, bw)
         row(
-            "steady",
-            t,
-            ms * 1e3,
-            bytes=moved,
-            roofline_pct=round(pct, 1),
-            timing="cudagraph" if t <= args.graph_max_t else "do_bench",
-        )
-        print(f"T={t:6d} steady {ms * 1e3:9.2f} us  {pct:5.1f}% of read bandwidth", flush=True)
+            "steady", t, timed.us, timed.us_min, timed.us_max, moved, round(pct, 1),
+            timing="graph", input_sets=len(sets),
+        )  # fmt: skip
+        print(f"T={t:6d} steady {timed.us:9.2f} us  {pct:5.1f}% of read bandwidth", flush=True)
+        del sets
 
     if args.dump:
         dump = {"variant": args.variant, "heads": heads, "groups": groups, "outputs": {}}
@@ -217,23 +213,18 @@ def main() -> int:
             }
         torch.save(dump, args.dump)
 
-    result = {
-        "bench": "rope-nospec",
-        "variant": args.variant,
-        "command": " ".join(sys.argv),
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "vllm_file": vllm.__file__,
-        "read_bw_GBps": round(read_bw, 1),
-        "heads": heads,
-        "groups": groups,
-        "triton_cache_dir": os.environ["TRITON_CACHE_DIR"],
-        "kernel_variants": len(compiles),
-        "compiles": [{"T": e.token_count, "ms": round(e.ms, 1)} for e in compiles],
-        "rows": rows,
-    }
-    Path(args.out).write_text(json.dumps(result, indent=1))
+    head = harness.header(
+        "rope-nospec",
+        args.variant,
+        bw,
+        vllm_file=vllm.__file__,
+        heads=heads,
+        groups=groups,
+        triton_cache_dir=os.environ["TRITON_CACHE_DIR"],
+        kernel_variants=len(compiles),
+        compiles=[{"T": e.token_count, "ms": round(e.ms, 1)} for e in compiles],
+    )
+    harness.write(args.out, head, rows)
     print(
         f"{ROPE_KERNEL}: {len(compiles)} variant(s) compiled, at T="
         f"{[e.token_count for e in compiles]}; wrote {args.out}"

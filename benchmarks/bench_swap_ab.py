@@ -10,25 +10,25 @@ three model shapes, two dtypes and batch sizes 1..4096, once per staged tree:
     cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched \\
         python3 bench_swap_ab.py --variant patched --out $OUT/swap_ab_patched.json
 
-Method (from the workspace's design notes): every batch is timed under CUDA-graph replay
-(`triton.testing.do_bench_cudagraph`), as vLLM captures decode and, with full graphs, mixed
-batches; medians in us. (The first run timed batches >= 256 eagerly with
-`triton.testing.do_bench`, and identical code moved +-50% there.)
-Each call cycles through `--routing-sets` precomputed routings with different
-experts, as consecutive MoE layers of a model would, so that small batches do not find their
-experts' weights in the 50 MB L2 from the previous call. The ceiling is HBM read bandwidth,
-measured here as a torch sum over 2 GiB (median of do_bench); bytes that must move = distinct
-experts touched (mean over the routing sets) * their w13 + w2 bytes + bf16 activations in and
-out. Every variant gets the same seeds, so the same weights and routings.
+Method (``benchmarks/harness.py``, shared by every benchmark): every batch is timed under
+CUDA-graph replay with ``--routing-sets`` routings of different experts captured in one graph
+and cycled (as consecutive MoE layers of a model would, so that small batches do not find
+their experts' weights in the 50 MB L2 from the previous call); median and range of the
+replays, in us. The ceiling is HBM read bandwidth measured in the same run; bytes that must
+move = distinct experts touched (mean over the routings) * their w13 + w2 bytes + bf16
+activations in and out (``harness.moe_bytes``). Every variant gets the same seeds, so the
+same weights and routings. (Before the harness: ``do_bench_cudagraph`` with the routings
+cycled by the host between calls; round 1 timed batches >= 256 eagerly, and identical code
+moved +-50% there.)
 
 Each row records the config vLLM picked (`try_get_optimal_moe_config`) and, on a tree that has
 `get_fused_moe_swap_ab_config` (the patched one), whether the decode GEMMs run swapped and with
 which tile. `--part gemm` instead times the two fused_moe_kernel launches alone at decode sizes,
 unswapped and swapped and with a few swapped tiles (patched tree only), to tune the swap.
 
-Writes the workspace's benchmark JSON (see the common brief): {"bench": "swap-ab", ...,
-"rows": [...]}. Whole run: about 2 minutes per tree on an H200 (--part layer); --part gemm about
-2 minutes on the patched tree.
+Writes the harness's result file ({"header": ..., "rows": [...]}, bench "swap-ab" or
+"swap-ab-gemm"). Whole run: about 2 minutes per tree on an H200 (--part layer); --part gemm
+about 2 minutes on the patched tree.
 """
 
 from __future__ import annotations
@@ -39,36 +39,20 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import torch
 
-# name: (experts E, top-k, hidden H, intermediate I); Qwen3-30B-A3B, a DeepSeek-V3 expert slice
-# under tensor parallelism 8 (intermediate 2048 / 8), Mixtral-8x7B.
-SHAPES = {
-    "qwen3-30b-a3b": (128, 8, 2048, 768),
-    "dsv3-tp8": (256, 8, 7168, 256),
-    "mixtral-8x7b": (8, 2, 4096, 14336),
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
+SHAPES = harness.MOE_SHAPES
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 256, 1024, 4096]
-DECODE_MAX = 4096  # batches up to this are timed under CUDA-graph replay (all of BATCHES)
 DTYPES = ["fp8_w8a8_per_tensor", "bf16"]
 GEMM_BATCHES = [1, 16, 64]
 # Swapped tiles tried besides the launcher's own choice (--part gemm): (BLOCK_SIZE_N, num_stages).
 GEMM_SWAP_TILES = [(64, 5), (128, 4)]
 FP8 = torch.float8_e4m3fn
-
-
-def read_bandwidth_gbps() -> float:
-    """HBM read bandwidth in GB/s: a torch sum over 2 GiB, median of do_bench."""
-    import triton
-
-    x = torch.empty(2 * 1024**3, dtype=torch.uint8, device="cuda").view(torch.float32)
-    x.normal_()
-    ms = triton.testing.do_bench(x.sum, warmup=50, rep=300, return_mode="median")
-    bw = x.numel() * 4 / (ms * 1e-3) / 1e9
-    del x
-    torch.cuda.empty_cache()
-    return bw
 
 
 def make_weights(e: int, h: int, i: int, dtype: str, seed: int):
@@ -96,17 +80,6 @@ def quant_config_for(dtype: str, e: int):
     )
 
 
-def routings(m: int, e: int, topk: int, n_sets: int, seed: int):
-    """n_sets (topk_weights fp32 [m, topk], topk_ids int32 [m, topk]) from random logits."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    out = []
-    for _ in range(n_sets):
-        logits = torch.randn(m, e, device="cuda", generator=g)
-        w, ids = torch.topk(torch.softmax(logits, dim=-1), topk)
-        out.append((w.contiguous(), ids.to(torch.int32).contiguous()))
-    return out
-
-
 def swap_choice(fm, config: dict, a_dtype: torch.dtype, b_dtype: torch.dtype, ks: tuple):
     """(swap_ab per GEMM, tile of the first swapped one) that the patched launcher picks for
     config, for the reduction sizes ks = (K of w13, K of w2); (None, None) on a base tree."""
@@ -120,34 +93,8 @@ def swap_choice(fm, config: dict, a_dtype: torch.dtype, b_dtype: torch.dtype, ks
     return [sw is not None for sw in swaps], tile
 
 
-def cycling(call, inputs: list):
-    """A no-argument function that calls call(*inputs[j]) with j = 0, 1, 2, ... cyclically.
-
-    Under graph capture each captured call keeps its own inputs, so a replay cycles too.
-    """
-    state = {"k": 0}
-
-    def fn():
-        args = inputs[state["k"] % len(inputs)]
-        state["k"] += 1
-        return call(*args)
-
-    return fn
-
-
-def time_us(fn, batch: int, rep_graph: int = 50) -> tuple[float, str]:
-    """Median time of fn in us, and the method used (graph replay or eager)."""
-    import triton
-
-    if batch <= DECODE_MAX:
-        us = 1e3 * triton.testing.do_bench_cudagraph(fn, rep=rep_graph, return_mode="median")
-        return us, "graph"
-    rep = 100 if batch <= 256 else 50
-    return 1e3 * triton.testing.do_bench(fn, warmup=10, rep=rep, return_mode="median"), "eager"
-
-
-def bench_layer(args, read_bw: float) -> list[dict]:
-    """Whole fused_experts call per shape, dtype and batch."""
+def bench_layer(args, bw: float) -> list[harness.Row]:
+    """Whole fused_experts call per shape, dtype and batch (bw: read bandwidth, bytes/s)."""
     from vllm.model_executor.layers.fused_moe import fused_moe as fm
 
     rows = []
@@ -157,51 +104,52 @@ def bench_layer(args, read_bw: float) -> list[dict]:
             qc = quant_config_for(dtype, e)
             elem = 1 if dtype != "bf16" else 2
             for batch in args.batches:
-                row = dict(case=name, dtype=dtype, batch=batch, variant=args.variant)
                 try:
                     g = torch.Generator(device="cuda").manual_seed(batch)
                     x = torch.randn(batch, h, device="cuda", dtype=torch.bfloat16, generator=g)
-                    n_sets = args.routing_sets if batch <= DECODE_MAX else 1
-                    sets = routings(batch, e, topk, n_sets, seed=7 * batch + s_idx)
-                    distinct = sum(torch.unique(ids).numel() for _, ids in sets) / n_sets
-                    fn = cycling(
-                        functools.partial(fm.fused_experts, x, w1, w2, quant_config=qc), sets
-                    )
-
+                    sets = harness.routings(batch, e, topk, args.routing_sets, 7 * batch + s_idx)
+                    distinct = sum(torch.unique(ids).numel() for _, ids in sets) / len(sets)
+                    nbytes = sum(harness.moe_bytes(ids, h, i, elem) for _, ids in sets) / len(sets)
+                    calls = [
+                        functools.partial(fm.fused_experts, x, w1, w2, tw, ti, quant_config=qc)
+                        for tw, ti in sets
+                    ]
                     t0 = time.time()
-                    fn()  # compile outside the timing
+                    calls[0]()  # compile outside the timing
                     torch.cuda.synchronize()
                     compile_s = time.time() - t0
-                    us, method = time_us(fn, batch)
-                    nbytes = distinct * 3 * i * h * elem + batch * h * 2 * 2
+                    t = harness.time_graph(calls)
                     config = fm.try_get_optimal_moe_config(
                         w1.size(), w2.size(), topk, "fp8_w8a8" if dtype != "bf16" else None, batch
                     )
                     a_dtype = FP8 if dtype != "bf16" else torch.bfloat16
                     swap, tile = swap_choice(fm, config, a_dtype, w1.dtype, (h, i))
-                    row.update(
-                        us=round(us, 2),
-                        bytes=int(nbytes),
-                        roofline_pct=round(100 * nbytes / (us * 1e-6) / (read_bw * 1e9), 1),
-                        timing=method,
-                        routing_sets=n_sets,
-                        distinct_experts=distinct,
-                        config={k: v for k, v in config.items() if k != "SPLIT_K"},
-                        swap_ab=swap,
-                        swap_config=tile,
-                        first_call_s=round(compile_s, 2),
-                    )
+                    row = harness.Row(
+                        "swap-ab", name, dtype, batch, args.variant,
+                        round(t.us, 2), round(t.us_min, 2), round(t.us_max, 2), int(nbytes),
+                        round(harness.roofline_pct(nbytes, t.us, bw), 1),
+                        dict(
+                            timing="graph",
+                            routing_sets=len(sets),
+                            distinct_experts=distinct,
+                            config={k: v for k, v in config.items() if k != "SPLIT_K"},
+                            swap_ab=swap,
+                            swap_config=tile,
+                            first_call_s=round(compile_s, 2),
+                        ),
+                    )  # fmt: skip
                 except Exception as exc:  # keep the other rows of a one-shot GPU run
-                    row["error"] = f"{type(exc).__name__}: {exc}"[:500]
+                    row = harness.failed("swap-ab", name, dtype, batch, args.variant, exc)
                 rows.append(row)
-                print(json.dumps(row), flush=True)
+                print(json.dumps(row.as_dict()), flush=True)
             del w1, w2
             torch.cuda.empty_cache()
     return rows
 
 
-def bench_gemm(args, read_bw: float) -> list[dict]:
-    """The two fused_moe_kernel launches of the layer alone, at decode sizes, per tile choice."""
+def bench_gemm(args, bw: float) -> list[harness.Row]:
+    """The two fused_moe_kernel launches of the layer alone, at decode sizes, per tile choice
+    (bw: read bandwidth, bytes/s)."""
     from vllm.model_executor.layers.fused_moe import fused_moe as fm
     from vllm.triton_utils import tl
 
@@ -222,7 +170,7 @@ def bench_gemm(args, read_bw: float) -> list[dict]:
                     for bn, st in GEMM_SWAP_TILES:
                         cfg = dict(config, BLOCK_SIZE_N=bn, num_stages=st, num_warps=4)
                         variants[f"swapped_n{bn}_s{st}"] = (cfg, True)
-                sets = routings(batch, e, topk, args.routing_sets, seed=7 * batch + s_idx)
+                sets = harness.routings(batch, e, topk, args.routing_sets, 7 * batch + s_idx)
                 g = torch.Generator(device="cuda").manual_seed(batch)
                 x = torch.randn(batch, h, device="cuda", generator=g)
                 x_in = x.to(FP8) if fp8 else x.to(torch.bfloat16)
@@ -241,13 +189,7 @@ def bench_gemm(args, read_bw: float) -> list[dict]:
                         for tw, ti in sets
                     ]
                     for gemm in ("w13", "w2"):
-                        row = dict(
-                            case=f"{name}:{gemm}",
-                            dtype=dtype,
-                            batch=batch,
-                            variant=args.variant,
-                            kernel_variant=vname,
-                        )
+                        shape, extra = f"{name}:{gemm}", {"kernel_variant": vname}
                         try:
                             first = gemm == "w13"
                             launch = functools.partial(
@@ -267,20 +209,16 @@ def bench_gemm(args, read_bw: float) -> list[dict]:
                                 per_channel_quant=False,
                                 **({"swap_ab": swap} if patched else {}),
                             )
-                            fn = cycling(launch, launches)
-                            fn()
-                            torch.cuda.synchronize()
-                            us, method = time_us(fn, batch, rep_graph=30)
+                            t = harness.time_graph(
+                                [functools.partial(launch, *a) for a in launches]
+                            )
                             distinct = sum(torch.unique(ti).numel() for _, ti in sets) / len(sets)
                             n, k = (2 * i, h) if gemm == "w13" else (h, i)
                             a_rows = batch if gemm == "w13" else batch * topk
                             nbytes = distinct * n * k * elem + a_rows * k * elem
                             nbytes += batch * topk * n * 2  # bf16 output
-                            row.update(
-                                us=round(us, 2),
-                                bytes=int(nbytes),
-                                roofline_pct=round(100 * nbytes / (us * 1e-6) / (read_bw * 1e9), 1),
-                                timing=method,
+                            extra.update(
+                                timing="graph",
                                 routing_sets=len(sets),
                                 config={k: v for k, v in cfg.items() if k != "SPLIT_K"},
                                 swap_ab=swap if patched else None,
@@ -288,11 +226,19 @@ def bench_gemm(args, read_bw: float) -> list[dict]:
                             if swap:  # the tile the launcher derives from cfg
                                 tile = fm._fused_moe_swap_ab_tile_config(cfg, x_in.dtype, w1.dtype)
                                 keys = ("BLOCK_SIZE_N", "num_warps", "num_stages")
-                                row["swap_config"] = {k: tile[k] for k in keys}
+                                extra["swap_config"] = {k: tile[k] for k in keys}
+                            row = harness.Row(
+                                "swap-ab-gemm", shape, dtype, batch, args.variant,
+                                round(t.us, 2), round(t.us_min, 2), round(t.us_max, 2),
+                                int(nbytes), round(harness.roofline_pct(nbytes, t.us, bw), 1),
+                                extra,
+                            )  # fmt: skip
                         except Exception as exc:
-                            row["error"] = f"{type(exc).__name__}: {exc}"[:500]
+                            row = harness.failed(
+                                "swap-ab-gemm", shape, dtype, batch, args.variant, exc, **extra
+                            )
                         rows.append(row)
-                        print(json.dumps(row), flush=True)
+                        print(json.dumps(row.as_dict()), flush=True)
             del w1, w2
             torch.cuda.empty_cache()
     return rows
@@ -310,31 +256,19 @@ def main(argv: list[str] | None = None) -> int:
         print("bench_swap_ab: needs a CUDA GPU", file=sys.stderr)
         return 2
 
-    import triton
-
     import vllm
 
     t0 = time.time()
-    read_bw = read_bandwidth_gbps()
-    print(f"read bandwidth {read_bw:.0f} GB/s", flush=True)
-    rows = bench_layer(args, read_bw) if args.part == "layer" else bench_gemm(args, read_bw)
-    result = {
-        "bench": "swap-ab" if args.part == "layer" else "swap-ab-gemm",
-        "variant": args.variant,
-        "command": " ".join(sys.argv),
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "vllm_file": vllm.__file__,
-        "read_bw_GBps": round(read_bw, 1),
-        "wall_s": round(time.time() - t0, 1),
-        "rows": rows,
-    }
+    bw = harness.read_bandwidth()
+    print(f"read bandwidth {bw / 1e12:.2f} TB/s", flush=True)
+    rows = bench_layer(args, bw) if args.part == "layer" else bench_gemm(args, bw)
+    bench = "swap-ab" if args.part == "layer" else "swap-ab-gemm"
+    head = harness.header(bench, args.variant, bw, vllm_file=vllm.__file__)
+    head["wall_s"] = round(time.time() - t0, 1)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
-    errors = sum("error" in r for r in rows)
-    print(f"wrote {args.out}: {len(rows)} rows, {errors} errors, {result['wall_s']} s")
+    harness.write(args.out, head, rows)
+    errors = sum("error" in r.extra for r in rows)
+    print(f"wrote {args.out}: {len(rows)} rows, {errors} errors, {head['wall_s']} s")
     return 1 if errors else 0
 
 

@@ -19,7 +19,11 @@ design notes, ``../shared/design.md`` "Performance: how to measure"):
   benchmark the same way: ``variant`` and ``us`` (median) are the columns ratios are taken
   from, between variants of the same tree or the same variant of two trees of one session.
 
-Runs on a CUDA host (the H200 recipe); the import needs torch only.
+Runs on a CUDA host (the H200 recipe). The import needs nothing beyond the standard library
+(torch is imported by the functions that time and measure), so that the tools that read
+results (``benchmarks/report.py``, the PR bodies of ``vseries prs``) read them through
+``load`` and ``Row`` on any host; ``load`` also reads the result files written before this
+harness (their ``case``/``batch`` are ``shape``/``m`` here).
 """
 
 from __future__ import annotations
@@ -33,9 +37,10 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # for the annotations only: the import stays free of torch
+    import torch
 
 # name: (experts E, top-k, hidden H, intermediate I); Qwen3-30B-A3B, a DeepSeek-V3 expert
 # slice under tensor parallelism 8 (intermediate 2048 / 8), Mixtral-8x7B (public configs).
@@ -50,6 +55,7 @@ ROUTINGS = 8  # routings cycled inside one graph; 8 x top-8 of 128 experts cover
 
 def read_bandwidth(gib: int = 2) -> float:
     """HBM read bandwidth in bytes/s: a torch sum over ``gib`` GiB (median of do_bench)."""
+    import torch
     import triton
 
     x = torch.empty(gib * 1024**3, dtype=torch.uint8, device="cuda").view(torch.float32)
@@ -78,6 +84,8 @@ def time_graph(calls: Sequence[Callable[[], Any]], reps: int = 30, warmup: int =
     runs once eagerly first (JIT compiles, caches), then all are captured in order into one
     graph. Each replay is timed with CUDA events; per-call time = replay time / len(calls).
     """
+    import torch
+
     for fn in calls:
         fn()
     torch.cuda.synchronize()
@@ -113,6 +121,8 @@ def routings(
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``n`` routings (topk_weights fp32 [m, topk], topk_ids int32 [m, topk]) from random
     logits: distinct experts per token, as vLLM's router returns them."""
+    import torch
+
     g = torch.Generator(device="cuda").manual_seed(seed)
     out = []
     for _ in range(n):
@@ -127,7 +137,7 @@ def moe_bytes(
 ) -> int:
     """Bytes one MoE call must move: the w13 [2I, H] and w2 [H, I] weights of each distinct
     expert in ``ids`` once, plus the activations in and out ([M, H] each)."""
-    distinct = int(torch.unique(ids).numel())
+    distinct = int(ids.unique().numel())
     m = ids.size(0)
     return int(distinct * 3 * inter * hidden * weight_bytes + 2 * m * hidden * act_bytes)
 
@@ -141,17 +151,18 @@ def roofline_pct(nbytes: float, us: float, bandwidth: float) -> float:
 class Row:
     """One result row. ``variant`` names what was timed (a tree, a backend, a path); ``us`` is
     the median time of one call in microseconds, ``us_min``/``us_max`` its range over the
-    replays; ``roofline_pct`` is computed from ``bytes`` and the header's bandwidth; ``extra``
-    holds benchmark-specific columns (flattened into the row on output)."""
+    replays (None for a row that failed, see ``failed``); ``roofline_pct`` is computed from
+    ``bytes`` and the header's bandwidth; ``extra`` holds benchmark-specific columns
+    (flattened into the row on output; ``error`` marks a failed row)."""
 
     bench: str
     shape: str
     dtype: str
     m: int
     variant: str
-    us: float
-    us_min: float
-    us_max: float
+    us: float | None
+    us_min: float | None
+    us_max: float | None
     bytes: int = 0
     roofline_pct: float | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -209,6 +220,7 @@ def gpu_clocks() -> str:
 
 def header(bench: str, variant: str, bandwidth: float | None, **extra: Any) -> dict[str, Any]:
     """The result file's header: what ran, where, when, with which command."""
+    import torch
     import triton
 
     return {
@@ -235,7 +247,47 @@ def write(path: str | Path, head: dict[str, Any], rows: Sequence[Row]) -> None:
     tmp.replace(path)
 
 
+def failed(
+    bench: str, shape: str, dtype: str, m: int, variant: str, exc: BaseException | str, **extra
+) -> Row:
+    """The row of a measurement that failed: no times, ``error`` = "Type: message" (500
+    characters at most), so that one failing case does not lose a one-shot GPU run."""
+    error = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+    return Row(
+        bench, shape, dtype, m, variant, None, None, None, extra={**extra, "error": error[:500]}
+    )
+
+
+# Row fields of the result files written before this harness, by their name here.
+LEGACY_ROW = {"case": "shape", "batch": "m"}
+
+
 def load(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Read a result file: (header, rows)."""
+    """Read a result file: (header, rows).
+
+    A file written before this harness (the run's fields at the top level next to
+    ``"rows"``, ``device`` for the GPU, ``read_bw_GBps``; rows with ``case`` and ``batch``) is
+    read into this schema: its top-level fields are the header (``gpu`` and
+    ``read_bandwidth_Bps`` added), its rows get ``shape`` and ``m``, and a row without its own
+    ``bench`` or ``variant`` takes the file's.
+
+    Raises:
+        OSError, ValueError: the file cannot be read or is not a result file.
+    """
     data = json.loads(Path(path).read_text())
-    return data["header"], data["rows"]
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        raise ValueError(f"{path} is not a result file (no rows)")
+    if isinstance(data.get("header"), dict):
+        return data["header"], [r for r in data["rows"] if isinstance(r, dict)]
+    head = {k: v for k, v in data.items() if k != "rows"}
+    head.setdefault("gpu", head.get("device", ""))
+    if isinstance(head.get("read_bw_GBps"), int | float):
+        head.setdefault("read_bandwidth_Bps", head["read_bw_GBps"] * 1e9)
+    rows = []
+    for r in data["rows"]:
+        if isinstance(r, dict):
+            row = {LEGACY_ROW.get(k, k): v for k, v in r.items()}
+            row.setdefault("bench", head.get("bench"))
+            row.setdefault("variant", head.get("variant"))
+            rows.append(row)
+    return head, rows

@@ -3,27 +3,32 @@
     python benchmarks/report.py RESULTS.json [MORE.json ...] --ref base
         --out benchmarks/results/NAME
 
-Rows of all inputs are matched on (case, dtype, batch); for every variant other than the
-reference, the ratio is reference time / variant time (> 1: the variant is faster). The
-roofline column is achieved bandwidth / measured read bandwidth, in %, from the rows' own
-``roofline_pct`` (bytes that must move / time / read bandwidth, measured in the same run).
+Inputs are result files of ``benchmarks/harness.py`` (older files too: ``harness.load``
+reads them into the same schema). Rows of all inputs are matched on (shape, dtype, m), shown
+as case, dtype, batch; for every variant other than the reference, the ratio is reference
+time / variant time (> 1: the variant is faster). The roofline column is achieved bandwidth /
+measured read bandwidth, in %, from the rows' own ``roofline_pct`` (bytes that must move /
+time / read bandwidth, measured in the same run).
 Writes NAME.md (with the commands and hardware that produced the figures) and NAME.png
 (time against batch, one panel per case and dtype, log scales).
 """
 
 import argparse
-import json
+import sys
 from collections import defaultdict
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
 
 def load(files: list[Path]) -> tuple[list[dict], list[dict]]:
-    """(rows of every file, the files' metadata without rows)."""
+    """(rows of every file, the files' headers), in the harness's schema."""
     rows, metas = [], []
     for f in files:
-        data = json.loads(f.read_text())
-        metas.append({k: v for k, v in data.items() if k != "rows"})
-        rows += data["rows"]
+        head, file_rows = harness.load(f)
+        metas.append(head)
+        rows += file_rows
     return rows, metas
 
 
@@ -35,7 +40,7 @@ def table(rows: list[dict], ref: str) -> tuple[str, list[str]]:
     """
     by_key = defaultdict(dict)
     for r in rows:
-        by_key[(r["case"], r.get("dtype", ""), r["batch"])][r["variant"]] = r
+        by_key[(r["shape"], r.get("dtype", ""), r["m"])][r["variant"]] = r
     variants = [ref] + sorted({r["variant"] for r in rows} - {ref})
     timed = any(r.get("timing") for r in rows)
     head = ["case", "dtype"] + (["timing"] if timed else []) + ["batch"]
@@ -48,11 +53,12 @@ def table(rows: list[dict], ref: str) -> tuple[str, list[str]]:
             first = vs.get(ref) or next(iter(vs.values()))
             cells.append(str(first.get("timing") or "-"))
         cells.append(str(batch))
-        cells += [f"{vs[v]['us']:.1f}" if v in vs else "-" for v in variants]
+        measured = {v for v in variants if v in vs and vs[v].get("us") is not None}
+        cells += [f"{vs[v]['us']:.1f}" if v in measured else "-" for v in variants]
         for v in variants[1:]:
             # a ratio only where time measures work (rows with bytes that must move):
-            # compile and host-timed first calls are shown, not divided
-            ok = v in vs and ref in vs and vs[v]["us"] > 0 and vs[v].get("bytes") is not None
+            # compile and host-timed first calls are shown, not divided; failed rows neither
+            ok = v in measured and ref in measured and vs[v]["us"] > 0 and vs[v].get("bytes")
             cells.append(f"{vs[ref]['us'] / vs[v]['us']:.3f}x" if ok else "-")
         cells += [
             f"{vs[v]['roofline_pct']:.0f}"
@@ -70,16 +76,19 @@ def plot(rows: list[dict], variants: list[str], png: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = sorted({(r["case"], r.get("dtype", "")) for r in rows})
+    panels = sorted({(r["shape"], r.get("dtype", "")) for r in rows})
     cols = min(3, len(panels))
     nrows = (len(panels) + cols - 1) // cols
     fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 3.6 * nrows), squeeze=False)
     for ax, (case, dtype) in zip(axes.flat, panels, strict=False):
         for v in variants:
             pts = sorted(
-                (r["batch"], r["us"])
+                (r["m"], r["us"])
                 for r in rows
-                if r["case"] == case and r.get("dtype", "") == dtype and r["variant"] == v
+                if r["shape"] == case
+                and r.get("dtype", "") == dtype
+                and r["variant"] == v
+                and r.get("us") is not None
             )
             if pts:
                 ax.plot(*zip(*pts, strict=True), marker="o", label=v)
@@ -109,9 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     rows, metas = load(a.inputs)
     text, variants = table(rows, a.ref)
     meta = "\n".join(
-        f"- `{m.get('variant') or m.get('bench')}`: `{m.get('command')}` on {m.get('device')}, "
+        f"- `{m.get('variant') or m.get('bench')}`: `{m.get('command')}` on {m.get('gpu')}, "
         f"torch {m.get('torch')}, triton {m.get('triton')}, read bandwidth "
-        f"{m.get('read_bw_GBps', 0):.0f} GB/s"
+        f"{(m.get('read_bandwidth_Bps') or 0) / 1e9:.0f} GB/s"
         for m in metas
     )
     a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -13,8 +13,9 @@ times the whole `fused_experts` call on the patched tree with:
 - with --rule, "rule": the same config with no "SWAP_AB" key, so the launcher's rule decides per
   GEMM (e.g. it keeps DeepSeek-V3's w2, K=256, unswapped).
 
-Timing as `bench_swap_ab.py`: CUDA-graph replay cycling 4 routings, median us. Writes report.py
-rows (variants stock, stock_swapped, best_swapped) with roofline %.
+Timing and result file are ``benchmarks/harness.py``'s: CUDA-graph replay with 4 routings
+cycled inside the graph, median and range in us; rows (variants stock, stock_swapped,
+best_swapped, or rule) with roofline %.
 
     cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched \\
         python3 <workspace>/benchmarks/swap_ab_modes.py --out swap_ab_modes.json
@@ -35,6 +36,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_swap_ab as bench  # noqa: E402
+import harness  # noqa: E402
 import tune_swap_ab as tune  # noqa: E402
 
 MODES = ("fp8_block", "fp8_per_token", "int8_per_token")
@@ -101,12 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rule", action="store_true", help="time stock and rule only")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
-    found = tune.patched_moe("swap-ab-modes")
+    found = tune.patched_moe("swap-ab-modes", "patched")
     if found is None:
         return 2
     fm, override_config, result = found
-    result.update(variant="patched", rows=[])
-    read_bw = result["read_bw_GBps"]
+    bw = result["read_bandwidth_Bps"]
+    rows: list[harness.Row] = []
     for mode, (s_idx, name) in itertools.product(args.modes, enumerate(args.shapes)):
         e, topk, h, i = bench.SHAPES[name]
         w1, w2, qc, dtype, bs = make_mode(mode, e, h, i, seed=1000 + s_idx)
@@ -116,9 +118,8 @@ def main(argv: list[str] | None = None) -> int:
                 break
             g = torch.Generator(device="cuda").manual_seed(batch)
             x = torch.randn(batch, h, device="cuda", dtype=torch.bfloat16, generator=g)
-            sets = bench.routings(batch, e, topk, 4, seed=7 * batch + s_idx)
-            distinct = sum(torch.unique(ids).numel() for _, ids in sets) / len(sets)
-            nbytes = distinct * 3 * i * h + batch * h * 2 * 2
+            sets = harness.routings(batch, e, topk, 4, 7 * batch + s_idx)
+            nbytes = sum(harness.moe_bytes(ids, h, i) for _, ids in sets) / len(sets)
             stock = fm.try_get_optimal_moe_config(w1.size(), w2.size(), topk, dtype, batch, bs)
             stock = {k: v for k, v in stock.items() if k != "SWAP_AB"}
             cands = [("stock", dict(stock, SWAP_AB=False))]
@@ -130,33 +131,30 @@ def main(argv: list[str] | None = None) -> int:
             best: dict[str, dict] = {}
             for kind, cfg in cands:
                 try:
-                    us = tune.time_config(fm, override_config, x, w1, w2, qc, sets, cfg)
+                    timed = tune.time_config(fm, override_config, x, w1, w2, qc, sets, cfg)
                 except Exception as exc:  # a tile that does not fit: skip it
                     print(f"{mode} {name} M={batch} {cfg}: {type(exc).__name__}", flush=True)
                     continue
-                if kind not in best or us < best[kind]["us"]:
-                    best[kind] = dict(us=round(us, 2), config=cfg)
-            for kind, r in best.items():
-                row = dict(
-                    case=name,
-                    dtype=mode,
-                    batch=batch,
-                    variant=kind,
-                    us=r["us"],
-                    bytes=int(nbytes),
-                    roofline_pct=round(100 * nbytes / (r["us"] * 1e-6) / (read_bw * 1e9), 1),
-                    timing="graph",
-                    config=r["config"],
+                if kind not in best or timed.us < best[kind][0].us:
+                    best[kind] = (timed, cfg)
+            for kind, (timed, cfg) in best.items():
+                row = harness.Row(
+                    "swap-ab-modes", name, mode, batch, kind, round(timed.us, 2),
+                    round(timed.us_min, 2), round(timed.us_max, 2), int(nbytes),
+                    round(harness.roofline_pct(nbytes, timed.us, bw), 1),
+                    {"timing": "graph", "config": cfg},
+                )  # fmt: skip
+                rows.append(row)
+                print(
+                    json.dumps(
+                        {"shape": name, "dtype": mode, "m": batch, "variant": kind, "us": row.us}
+                    )
                 )
-                result["rows"].append(row)
-                print(json.dumps({k: row[k] for k in ("case", "dtype", "batch", "variant", "us")}))
-            with open(args.out, "w") as f:
-                json.dump(result, f, indent=1)
+            harness.write(args.out, result, rows)
         del w1, w2
         torch.cuda.empty_cache()
     result["wall_s"] = round(time.monotonic() - t0, 1)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    harness.write(args.out, result, rows)
     return 0
 
 

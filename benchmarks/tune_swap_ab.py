@@ -7,8 +7,9 @@ so these layers run `get_default_config`. This script times the whole `fused_exp
 (as vLLM's `benchmarks/kernels/benchmark_moe.py` does) for each candidate config of a reduced
 search space, at each decode batch, on the patched tree, and writes:
 
-- a JSON of every (shape, batch, config) time ("candidates"), and per batch, in
-  `report.py`'s row format, v0.21.0's default config run as base runs it (SWAP_AB false,
+- a result file of ``benchmarks/harness.py`` whose header also holds every (shape, batch,
+  config) time ("candidates") and the winners ("best"), and whose rows are, per batch,
+  v0.21.0's default config run as base runs it (SWAP_AB false,
   "default_base") and as the patched launcher decides ("default_patched"), the best unswapped
   ("tuned_unswapped") and the best swapped ("tuned_swapped") config, with roofline %;
 - with ``--configs-out DIR``, vLLM-format config files
@@ -19,9 +20,9 @@ Why not benchmark_moe.py itself: it needs Ray, and its CUDA search space is 1920
 batch (BLOCK_SIZE_M 5 x N 4 x K 3 x GROUP_SIZE_M 4 x warps 2 x stages 4), hours of Triton
 compiles on one GPU against 30 minutes of device time per session. The reduced space keeps
 the decode-relevant axes (BLOCK_SIZE_M 16, BLOCK_SIZE_N, BLOCK_SIZE_K, num_stages; GROUP_SIZE_M
-1 and 4 warps, as the default config uses at these sizes) and adds SWAP_AB. Timing follows
-`bench_swap_ab.py`: CUDA-graph replay of the layer, cycling over --routing-sets routings with
-different experts so that small batches do not find their weights in L2, median in us.
+1 and 4 warps, as the default config uses at these sizes) and adds SWAP_AB. Timing is the
+harness's: CUDA-graph replay of the layer with --routing-sets routings of different experts
+cycled inside the graph, so that small batches do not find their weights in L2; median in us.
 
     cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched \\
         python3 <workspace>/benchmarks/tune_swap_ab.py --out tune.json --configs-out cfg/
@@ -43,7 +44,8 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_swap_ab as bench  # noqa: E402  (same folder: weights, routings, timing)
+import bench_swap_ab as bench  # noqa: E402  (same folder: the layer's weights and quant config)
+import harness  # noqa: E402
 
 TUNE_SHAPES = ("qwen3-30b-a3b", "dsv3-tp8")
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
@@ -67,18 +69,16 @@ def key(cfg: dict) -> str:
     return ",".join(f"{k}={cfg[k]}" for k in sorted(cfg))
 
 
-def time_config(fm, override_config, x, w1, w2, qc, sets, cfg: dict | None) -> float:
-    """Median us of fused_experts under cfg (None: the config vLLM itself picks)."""
-    call = functools.partial(fm.fused_experts, x, w1, w2, quant_config=qc)
-    fn = bench.cycling(call, sets)
+def time_config(fm, override_config, x, w1, w2, qc, sets, cfg: dict | None) -> harness.Timing:
+    """fused_experts under cfg (None: the config vLLM itself picks), the routings ``sets``
+    cycled in one graph (harness.time_graph; compiles happen before the timing)."""
+    calls = [
+        functools.partial(fm.fused_experts, x, w1, w2, tw, ti, quant_config=qc) for tw, ti in sets
+    ]
     if cfg is None:
-        fn()
-        torch.cuda.synchronize()
-        return bench.time_us(fn, x.shape[0], rep_graph=20)[0]
+        return harness.time_graph(calls)
     with override_config(cfg):
-        fn()  # compile outside the timing
-        torch.cuda.synchronize()
-        return bench.time_us(fn, x.shape[0], rep_graph=20)[0]
+        return harness.time_graph(calls)
 
 
 def config_files(result: dict, device_name: str) -> dict[str, dict]:
@@ -127,32 +127,23 @@ def write_configs(result: dict, out_dir: str, device_name: str) -> None:
             f.write("\n")
 
 
-def patched_moe(bench_name: str):
+def patched_moe(bench_name: str, variant: str = "patched"):
     """(vLLM's fused_moe module, its override_config, a result header) on a CUDA host whose
     vLLM has the swap-AB patch; None, after saying why on stderr, otherwise.
 
-    The header holds the bench name, command line, device, torch / Triton versions and the
-    measured read bandwidth (GB/s, `bench_swap_ab.read_bandwidth_gbps`).
+    The header is the harness's (bench name, command line, GPU, versions, the read bandwidth
+    measured now, bytes/s).
     """
     if not torch.cuda.is_available():
         print("CUDA is not available: this needs an NVIDIA GPU", file=sys.stderr)
         return None
-    import triton
     from vllm.model_executor.layers.fused_moe import fused_moe as fm
     from vllm.model_executor.layers.fused_moe import override_config
 
     if not hasattr(fm, "get_fused_moe_swap_ab_config"):
         print("this tree has no swap-AB patch (get_fused_moe_swap_ab_config)", file=sys.stderr)
         return None
-    header = {
-        "bench": bench_name,
-        "command": " ".join(sys.argv),
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "read_bw_GBps": bench.read_bandwidth_gbps(),
-    }
-    return fm, override_config, header
+    return fm, override_config, harness.header(bench_name, variant, harness.read_bandwidth())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,23 +161,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     t0 = time.monotonic()
-    if args.write_from:
-        with open(args.write_from) as f:
-            earlier = json.load(f)
-        write_configs(earlier, args.configs_out, earlier["device"].replace(" ", "_"))
+    if args.write_from:  # a result file of this script (the harness's, or an older one)
+        earlier, _ = harness.load(args.write_from)
+        write_configs(earlier, args.configs_out, earlier["gpu"].replace(" ", "_"))
         return 0
     found = patched_moe("swap-ab-tune")
     if found is None:
         return 2
     fm, override_config, result = found
-    device_name = result["device"].replace(" ", "_")
+    device_name = result["gpu"].replace(" ", "_")
     result.update(
         space={"unswapped": len(UNSWAPPED), "swapped": len(SWAPPED), "common": COMMON},
-        rows=[],  # report.py rows: default_base, default_patched, best_* per batch
         candidates=[],  # every timing
         best=[],
     )
-    read_bw = result["read_bw_GBps"]
+    bw = result["read_bandwidth_Bps"]
+    rows: list[harness.Row] = []  # default_base, default_patched, tuned_* per batch
     for s_idx, name in enumerate(args.shapes):
         e, topk, h, i = bench.SHAPES[name]
         w1, w2 = bench.make_weights(e, h, i, "fp8_w8a8_per_tensor", seed=1000 + s_idx)
@@ -198,9 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                 break
             g = torch.Generator(device="cuda").manual_seed(batch)
             x = torch.randn(batch, h, device="cuda", dtype=torch.bfloat16, generator=g)
-            sets = bench.routings(batch, e, topk, args.routing_sets, seed=7 * batch + s_idx)
-            distinct = sum(torch.unique(ids).numel() for _, ids in sets) / len(sets)
-            nbytes = distinct * 3 * i * h + batch * h * 2 * 2  # FP8 weights, bf16 in/out
+            sets = harness.routings(batch, e, topk, args.routing_sets, 7 * batch + s_idx)
+            nbytes = sum(harness.moe_bytes(ids, h, i) for _, ids in sets) / len(sets)
             default = fm.get_default_config(batch, e, i, h, topk, "fp8_w8a8")
             cands = [("default_base", dict(default, SWAP_AB=False)), ("default_patched", None)]
             cands += [("unswapped", dict(c, **COMMON)) for c in UNSWAPPED]
@@ -208,11 +197,12 @@ def main(argv: list[str] | None = None) -> int:
             times = []
             for kind, cfg in cands:
                 try:
-                    us = time_config(fm, override_config, x, w1, w2, qc, sets, cfg)
+                    timed = time_config(fm, override_config, x, w1, w2, qc, sets, cfg)
                 except Exception as exc:  # e.g. out of shared memory: skip the config
                     print(f"{name} M={batch} {kind} {cfg}: {type(exc).__name__}", flush=True)
                     continue
-                row = dict(case=name, batch=batch, kind=kind, config=cfg, us=round(us, 2))
+                row = dict(case=name, batch=batch, kind=kind, config=cfg, us=round(timed.us, 2))
+                row.update(us_min=round(timed.us_min, 2), us_max=round(timed.us_max, 2))
                 times.append(row)
                 result["candidates"].append(row)
             best_u = min((r for r in times if r["kind"] == "unswapped"), key=lambda r: r["us"])
@@ -240,30 +230,30 @@ def main(argv: list[str] | None = None) -> int:
                 ("tuned_unswapped", best_u),
                 ("tuned_swapped", best_s),
             ):
-                result["rows"].append(
-                    dict(
-                        case=name,
-                        dtype="fp8_w8a8_per_tensor",
-                        batch=batch,
-                        variant=variant,
-                        us=r["us"],
-                        bytes=int(nbytes),
-                        roofline_pct=round(100 * nbytes / (r["us"] * 1e-6) / (read_bw * 1e9), 1),
-                        timing="graph",
-                        config=r["config"],
-                    )
+                rows.append(
+                    harness.Row(
+                        "swap-ab-tune",
+                        name,
+                        "fp8_w8a8_per_tensor",
+                        batch,
+                        variant,
+                        r["us"],
+                        r["us_min"],
+                        r["us_max"],
+                        int(nbytes),
+                        round(harness.roofline_pct(nbytes, r["us"], bw), 1),
+                        {"timing": "graph", "config": r["config"]},
+                    )  # fmt: skip
                 )
             print(json.dumps(summary), flush=True)
             # written after every batch: partial results survive a timeout
-            with open(args.out, "w") as f:
-                json.dump(result, f, indent=1)
+            harness.write(args.out, result, rows)
             if args.configs_out:
                 write_configs(result, args.configs_out, device_name)
         del w1, w2
         torch.cuda.empty_cache()
     result["wall_s"] = round(time.monotonic() - t0, 1)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    harness.write(args.out, result, rows)
     return 0
 
 

@@ -664,3 +664,35 @@ def test_golden_real_series_end_to_end(ws):
         assert (json.loads(pr.checks.to_json()) if pr.checks else None) == json.loads(
             (GOLDEN / f"{stem}.checks.json").read_text()
         )
+
+
+def test_body_reads_the_harness_result_files(tiny):
+    """Result files as benchmarks/harness.py writes them ({"header", "rows"}; shape and m)
+    give the same table as the older files do, failed rows included."""
+    add(tiny, write("b.py", "x = 17\n"), MSG.format("moe", "harness"), options="bench=moe-decode")
+    res = tiny / "benchmarks" / "results"
+    res.mkdir(parents=True)
+    harness = results.harness()
+
+    def run(variant: str, us: float) -> dict:
+        head = {"bench": "moe-decode", "variant": variant, "command": f"bench --variant {variant}"}
+        head.update(gpu="NVIDIA H200", time="2026-12-01T05:00:00Z", read_bandwidth_Bps=4.2e12)
+        rows = [
+            harness.Row(
+                "moe-decode", "qwen3-30b-a3b", "fp8", 1, variant, us, us - 1, us + 1, 100, 40.0
+            ),
+            harness.failed("moe-decode", "qwen3-30b-a3b", "fp8", 4, variant, RuntimeError("oom")),
+        ]
+        return {"header": head, "rows": [r.as_dict() for r in rows]}
+
+    (res / "base.json").write_text(json.dumps(run("base", 30.0)))
+    (res / "series.json").write_text(json.dumps(run("series", 20.0)))
+    prs.prs(hooks=False, tests=False)
+    body = (tiny / "out/prs/0001/body.md").read_text()
+    assert (
+        "- `benchmarks/results/base.json` (base): on NVIDIA H200, command `bench --variant base`"
+        in body
+    )
+    assert "| case | dtype | batch | base us | base % roofline | series us |" in body
+    assert "| qwen3-30b-a3b | fp8 | 1 | 30.0 | 40 | 20.0 | 40 | 1.50x |" in body
+    assert "- qwen3-30b-a3b fp8 4 series: RuntimeError: oom" in body

@@ -14,11 +14,32 @@ variant ``base``; a reporter's ratio columns (``a / b``) are summarised per case
 matches, the body says plainly that no measurements are attached.
 """
 
-import json
+import functools
+import importlib.util
 import re
+import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from types import ModuleType
+
+from vseries.workspace import HOME
+
+
+@functools.cache
+def harness() -> ModuleType:
+    """``benchmarks/harness.py`` of this checkout, the one definition of the result files
+    (header, rows, ``load``); read here without torch (the module imports it lazily)."""
+    path = HOME / "benchmarks" / "harness.py"
+    spec = importlib.util.spec_from_file_location("vseries_benchmarks_harness", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up while being made
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# The rows' key columns in the harness's schema, and what a PR body's table calls them.
+KEY = {"shape": "case", "dtype": "dtype", "m": "batch"}
 
 
 @dataclass
@@ -45,7 +66,9 @@ def bench_names(options: dict[str, str]) -> list[tuple[str, str | None]]:
 
 
 def _stamp(data: dict) -> str:
-    for key in ("date", "timestamp", "created"):
+    """When a result file was made: the harness header's "time", else the older files'
+    "date" / "timestamp" / "created" (ISO text or Unix seconds); "" when none is given."""
+    for key in ("time", "date", "timestamp", "created"):
         v = data.get(key)
         if isinstance(v, int | float):
             return datetime.fromtimestamp(v, UTC).isoformat()
@@ -73,11 +96,9 @@ def load_results(results_dir: Path, names: list[tuple[str, str | None]]) -> list
     files = []
     for f in sorted(results_dir.rglob("*.json")):
         try:
-            data = json.loads(f.read_text())
-        except (OSError, ValueError):
+            files.append((f, *harness().load(f)))  # (file, header, rows)
+        except (OSError, ValueError, TypeError):
             continue
-        if isinstance(data, dict) and isinstance(data.get("rows"), list):
-            files.append((f, data))
     out = []
     for name, ref in names:
         md = [f for f in sorted(results_dir.glob("*.md")) if _matches(f.stem, name)]
@@ -85,36 +106,34 @@ def load_results(results_dir: Path, names: list[tuple[str, str | None]]) -> list
             Bench(f.stem, ref, [{"file": label(f)}], markdown=f.read_text().strip()) for f in md
         ]
         benches = (
-            sorted({str(d.get("bench")) for _, d in files if _matches(str(d.get("bench")), name)})
+            sorted(
+                {str(h.get("bench")) for _, h, _ in files if _matches(str(h.get("bench")), name)}
+            )
             if not md
             else []
         )
         for bench_name in benches:
             newest: dict[str, tuple] = {}
-            for f, data in files:
-                variant = str(data.get("variant", ""))
-                key = (_stamp(data), f.relative_to(results_dir).as_posix())
-                if data.get("bench") == bench_name and (
+            for f, head, rows in files:
+                variant = str(head.get("variant", ""))
+                key = (_stamp(head), f.relative_to(results_dir).as_posix())
+                if head.get("bench") == bench_name and (
                     variant not in newest or key > newest[variant][0]
                 ):
-                    newest[variant] = (key, f, data)
+                    newest[variant] = (key, f, head, rows)
             b = Bench(bench_name)
-            for _, f, data in sorted(newest.values(), key=lambda x: x[0][1]):
-                b.ref = b.ref or ref or data.get("ref")
+            for _, f, head, rows in sorted(newest.values(), key=lambda x: x[0][1]):
+                b.ref = b.ref or ref or head.get("ref")
                 b.sources.append(
                     {
                         "file": label(f),
-                        "variant": str(data.get("variant", "")),
-                        "command": str(data.get("command", "(not recorded)")),
-                        "device": str(data.get("device", "(not recorded)")),
+                        "variant": str(head.get("variant", "")),
+                        "command": str(head.get("command", "(not recorded)")),
+                        "device": str(head.get("gpu") or "(not recorded)"),
                     }
                 )
-                default = str(data.get("variant", ""))
-                b.rows += [
-                    {**r, "variant": str(r.get("variant", default))}
-                    for r in data["rows"]
-                    if isinstance(r, dict)
-                ]
+                default = str(head.get("variant", ""))
+                b.rows += [{**r, "variant": str(r.get("variant") or default)} for r in rows]
             out.append(b)
     return out
 
@@ -198,15 +217,17 @@ def bench_table(bench: Bench) -> str:
     one variant apart, e.g. kernel_variant), per variant its time (microseconds), % of the
     roofline and compile count where the rows have them, and speed-ups = reference time /
     variant time (with their range above the table); then the rows that failed."""
-    variants = list(dict.fromkeys(r["variant"] for r in bench.rows))
+    # rows in the harness's schema (rows made by hand in the older one are renamed)
+    rows = [{harness().LEGACY_ROW.get(k, k): v for k, v in r.items()} for r in bench.rows]
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
     ref = bench.ref or ("base" if "base" in variants else None)
     if ref in variants:
         variants.remove(ref)
         variants.insert(0, ref)
-    base_key = ("case", "dtype", "batch")
+    base_key = tuple(KEY)  # the harness's shape, dtype, m
     seen: dict[tuple, dict] = {}
     extra = []
-    for r in bench.rows:
+    for r in rows:
         k = (*(r.get(x) for x in base_key), r["variant"])
         if k in seen:
             extra += [
@@ -225,15 +246,15 @@ def bench_table(bench: Bench) -> str:
         for m in MEASURES
         if any(
             isinstance(r.get(m[0]), int | float) and not isinstance(r.get(m[0]), bool)
-            for r in bench.rows
+            for r in rows
         )
     ]
     cells: dict[tuple, dict] = {}
-    for r in bench.rows:
+    for r in rows:
         cells.setdefault(tuple(r.get(f, "") for f in key_fields), {})[r["variant"]] = r
     others = [v for v in variants if v != ref] if ref in variants else []
     head = [
-        *key_fields,
+        *(KEY.get(f, f) for f in key_fields),
         *(f"{v or 'time'} {m[1]}" for v in variants for m in measures),
         *(f"{v} vs {ref}" for v in others),
     ]

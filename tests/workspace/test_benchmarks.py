@@ -1,0 +1,95 @@
+"""The benchmarks on a CPU host: one harness (benchmarks/harness.py) for every benchmark's
+result file, report.py reading new and older files alike, and every benchmark script
+importable, with --help, and refusing a host without CUDA (exit 2)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+BENCH = ROOT / "benchmarks"
+sys.path.insert(0, str(BENCH))
+import harness  # noqa: E402
+import report  # noqa: E402
+
+SCRIPTS = ["bench_swap_ab.py", "bench_fp8_oracle.py", "bench_rope_nospec.py", "tune_swap_ab.py"]
+SCRIPTS += ["swap_ab_modes.py", "bench_moe_decode.py"]
+
+
+def result_file(path, variant: str, us: float) -> None:
+    rows = [
+        harness.Row("x", "qwen3-30b-a3b", "fp8", 1, variant, us, us - 1, us + 1, 1000, 40.0),
+        harness.Row("x", "qwen3-30b-a3b", "fp8", 4, variant, us * 2, us, us * 3, 2000, 41.0),
+        harness.failed("x", "qwen3-30b-a3b", "fp8", 16, variant, RuntimeError("out of memory")),
+    ]
+    head = {"bench": "x", "variant": variant, "command": "bench", "gpu": "NVIDIA H200"}
+    harness.write(path, {**head, "read_bandwidth_Bps": 4.2e12}, rows)
+
+
+def test_the_harness_imports_without_torch():
+    code = f"import sys; sys.path.insert(0, {str(BENCH)!r}); import harness; "
+    code += "print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_load_reads_new_and_older_files_into_one_schema(tmp_path):
+    result_file(tmp_path / "new.json", "base", 10.0)
+    head, rows = harness.load(tmp_path / "new.json")
+    assert head["bench"] == "x" and [r["m"] for r in rows] == [1, 4, 16]
+    assert rows[2]["us"] is None and rows[2]["error"] == "RuntimeError: out of memory"
+    old = {
+        "bench": "swap-ab",
+        "variant": "base",
+        "device": "NVIDIA H200",
+        "read_bw_GBps": 4200.0,
+        "rows": [{"case": "q", "dtype": "fp8", "batch": 8, "us": 5.0}],
+    }
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    head, rows = harness.load(tmp_path / "old.json")
+    assert (head["gpu"], head["read_bandwidth_Bps"]) == ("NVIDIA H200", 4.2e12)
+    assert rows == [
+        {"shape": "q", "dtype": "fp8", "m": 8, "us": 5.0, "bench": "swap-ab", "variant": "base"}
+    ]
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a result file"):
+        harness.load(tmp_path / "bad.json")
+
+
+def test_report_table_from_harness_files(tmp_path):
+    result_file(tmp_path / "base.json", "base", 10.0)
+    result_file(tmp_path / "patched.json", "patched", 8.0)
+    rows, metas = report.load([tmp_path / "base.json", tmp_path / "patched.json"])
+    text, variants = report.table(rows, "base")
+    assert variants == ["base", "patched"]
+    assert "| qwen3-30b-a3b | fp8 | 1 | 10.0 | 8.0 | 1.250x | 40 | 40 |" in text
+    assert "| qwen3-30b-a3b | fp8 | 16 | - | - | - | - | - |" in text  # failed: no ratio
+    assert metas[0]["gpu"] == "NVIDIA H200"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_benchmark_script_has_help(script):
+    p = subprocess.run(
+        [sys.executable, str(BENCH / script), "--help"], capture_output=True, text=True, cwd="/"
+    )
+    assert p.returncode == 0 and "usage:" in p.stdout, p.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["bench_swap_ab.py", "bench_fp8_oracle.py"])
+def test_benchmark_refuses_a_host_without_cuda(script, tmp_path):
+    if subprocess.run(
+        [sys.executable, "-c", "import torch, sys; sys.exit(torch.cuda.is_available())"]
+    ).returncode:
+        pytest.skip("this host has CUDA")
+    out = tmp_path / "r.json"
+    p = subprocess.run(
+        [sys.executable, str(BENCH / script), "--variant", "base", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
+    assert p.returncode == 2, p.stderr[-2000:]
