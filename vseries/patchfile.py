@@ -57,6 +57,32 @@ def hunks(diff: str) -> dict[str, list[Hunk]]:
     return files
 
 
+def added_lines(diff: str) -> dict[str, list[tuple[int, str]]]:
+    """{path after the change: [(line number in the new file, added text), ...]} of a diff
+    (a ``git show`` of one commit, any context size)."""
+    out: dict[str, list[tuple[int, str]]] = {}
+    path, n = None, 0
+    for line in diff.replace("\r\n", "\n").splitlines():
+        if line.startswith("diff --git "):
+            path = None
+            continue
+        if line.startswith("+++ "):
+            path = line[6:] if line.startswith("+++ b/") else None
+            continue
+        m = re.match(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@", line)
+        if m:
+            n = int(m.group(1))
+            continue
+        if path is None or line.startswith(("--- ", "\\")):
+            continue
+        if line[:1] == "+":
+            out.setdefault(path, []).append((n, line[1:]))
+            n += 1
+        elif line[:1] == " ":
+            n += 1
+    return out
+
+
 def touched(diff: str) -> list[str]:
     """Every path a diff names (before and after a rename), in order."""
     out = []

@@ -2,12 +2,13 @@
 the base when vseries puts a plain checkout of the pin first on PYTHONPATH."""
 
 import os
-import shutil
+
+from vseries import host
 
 # vLLM replaces Triton with a placeholder when it finds no GPU driver, unless
 # CUDA_VISIBLE_DEVICES is set (empty is enough) before vllm is imported; CPU hosts need the
 # real Triton to compile kernels for sm_90. GPU hosts are left alone.
-if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidiactl"):
+if not host.has_gpu():
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 

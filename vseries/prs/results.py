@@ -245,8 +245,7 @@ def bench_table(bench: Bench) -> str:
         m
         for m in MEASURES
         if any(
-            isinstance(r.get(m[0]), int | float) and not isinstance(r.get(m[0]), bool)
-            for r in rows
+            isinstance(r.get(m[0]), int | float) and not isinstance(r.get(m[0]), bool) for r in rows
         )
     ]
     cells: dict[tuple, dict] = {}

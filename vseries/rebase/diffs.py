@@ -6,8 +6,10 @@ the patch's added lines the new release already holds elsewhere.
 """
 
 import builtins
+import io
 import keyword
 import re
+import tokenize
 from collections import Counter
 from difflib import SequenceMatcher
 
@@ -123,30 +125,28 @@ def telling(line: str) -> bool:
     return any(w not in _PLAIN for w in re.findall(r"[A-Za-z_]\w*", s))
 
 
-def added_lines(diff: str) -> dict[str, list[tuple[int, str]]]:
-    """{path after the change: [(line number in the new file, added text), ...]} of a diff
-    (a ``git show`` of one commit, any context size)."""
-    out: dict[str, list[tuple[int, str]]] = {}
-    path, n = None, 0
-    for line in diff.replace("\r\n", "\n").splitlines():
-        if line.startswith("diff --git "):
-            path = None
-            continue
-        if line.startswith("+++ "):
-            path = line[6:] if line.startswith("+++ b/") else None
-            continue
-        m = re.match(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@", line)
-        if m:
-            n = int(m.group(1))
-            continue
-        if path is None or line.startswith(("--- ", "\\")):
-            continue
-        if line[:1] == "+":
-            out.setdefault(path, []).append((n, line[1:]))
-            n += 1
-        elif line[:1] == " ":
-            n += 1
-    return out
+def statements(path: str, text: str) -> set[int] | range:
+    """Line numbers (1-based) of ``text`` that hold one whole Python statement, or a compound
+    statement's header (``def f():``), on their own; every line for a file that is not Python
+    or does not tokenize."""
+    every = range(1, text.count("\n") + 2)
+    if not path.endswith(".py"):
+        return every
+    starts, found = {}, set()
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type in (tokenize.NEWLINE, tokenize.NL) or tok.type == tokenize.COMMENT:
+                if tok.type == tokenize.NEWLINE and starts.get("line") == tok.start[0]:
+                    found.add(tok.start[0])
+                if tok.type == tokenize.NEWLINE:
+                    starts.clear()
+                continue
+            if tok.type in (tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING):
+                continue
+            starts.setdefault("line", tok.start[0])
+    except (tokenize.TokenError, SyntaxError):
+        return every
+    return found
 
 
 def repeats(
@@ -162,10 +162,12 @@ def repeats(
     more, so the result holds it twice. A line the old pin already had (an idiom such as a
     decorator used on every test) says nothing about upstream taking the patch. Whitespace
     around a line is ignored (upstream may have moved it into another block); lines that say
-    nothing (``telling``) are left out.
+    nothing (``telling``) are left out, and in a Python file so are lines that are not a
+    whole statement (``self._x is not None`` inside a longer condition: the same expression
+    in two places is ordinary code).
 
     Args:
-        added: the replayed commit's added lines (``added_lines``).
+        added: the replayed commit's added lines (``patchfile.added_lines``).
         after: {path: text} of each file after the replay.
         new_before: {path: text} of each file on the new release + the patches before this one.
         old_before: {path: text} of the same files on the old pin + the patches before this
@@ -178,14 +180,17 @@ def repeats(
     found = []
     for path, lines in added.items():
         text = after.get(path, "").splitlines()
+        whole = statements(path, after.get(path, ""))
         ours = {n for n, _ in lines}
         counts_new = Counter(x.strip() for x in new_before.get(path, "").splitlines())
         counts_old = Counter(x.strip() for x in old_before.get(path, "").splitlines())
         for n, line in lines:
             s = line.strip()
-            if not telling(s) or counts_old[s] or not counts_new[s]:
+            if not telling(s) or counts_old[s] or not counts_new[s] or n not in whole:
                 continue
-            elsewhere = [i for i, x in enumerate(text, 1) if x.strip() == s and i not in ours]
+            elsewhere = [
+                i for i, x in enumerate(text, 1) if x.strip() == s and i not in ours and i in whole
+            ]
             if elsewhere:
                 at = ("lines " if len(elsewhere) > 1 else "line ") + ", ".join(map(str, elsewhere))
                 found.append(

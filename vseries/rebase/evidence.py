@@ -135,7 +135,7 @@ def repeated(vdir: Path, original: str, replayed: str, old: str, new: str) -> li
     """The lines the replayed commit ``new`` adds that the new release already has elsewhere
     in the same file (diffs.repeats): ``old`` is the patch's commit on the old pin, so
     ``old^`` and ``new^`` are the two releases with the patches before this one."""
-    added = diffs.added_lines(git.run(vdir, "show", "--format=", "-U0", new))
+    added = patchfile.added_lines(git.run(vdir, "show", "--format=", "-U0", new))
     if not added:
         return []
     back = {q: p for p, q in diffs.renames(original, replayed).items()}
