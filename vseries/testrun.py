@@ -7,6 +7,8 @@ needs a CUDA device; without one it is reported as not run, with the reason, and
 count as a pass or a failure.
 """
 
+import os
+import re
 import shutil
 import subprocess
 import time
@@ -18,6 +20,7 @@ from vseries.workspace import Workspace
 
 TIERS = ("workspace", "contract", "upstream")
 FAST = ("workspace",)
+WORKERS = 4  # most processes the fast tier runs its tests in
 
 
 def installed_tree_ok(ws: Workspace) -> None:
@@ -30,11 +33,29 @@ def installed_tree_ok(ws: Workspace) -> None:
         )
 
 
-def tier_workspace(ws: Workspace, fast: bool) -> bool:
-    """pytest tests/workspace (fast: ``-m "not slow"``), output as it runs."""
-    code = subprocess.call(
-        [*PYTEST, "tests/workspace", *(["-m", "not slow"] if fast else [])], cwd=ws.root
+def slow_tests(ws: Workspace) -> int:
+    """How many tests of tests/workspace are marked slow (pytest's collection)."""
+    p = subprocess.run(
+        [*PYTEST, "--co", "-m", "slow", "tests/workspace"],
+        cwd=ws.root,
+        capture_output=True,
+        text=True,
     )
+    m = re.search(r"(\d+)/\d+ tests? collected", p.stdout)
+    return int(m.group(1)) if m else 0
+
+
+def tier_workspace(ws: Workspace, fast: bool) -> bool:
+    """pytest tests/workspace, output as it runs. fast: without the tests marked slow, on up
+    to WORKERS processes (pytest-xdist)."""
+    args = ["tests/workspace"]
+    if fast:
+        workers = min(WORKERS, os.cpu_count() or 1)
+        print(
+            f"workspace tier, fast: {slow_tests(ws)} tests marked slow left out; {workers} workers"
+        )
+        args += ["-m", "not slow", "-n", str(workers)]
+    code = subprocess.call([*PYTEST, *args], cwd=ws.root)
     if code == 5:
         print("workspace tier: collected no test — that is a failure")
     return code == 0
