@@ -2,6 +2,9 @@
 the base when vseries puts a plain checkout of the pin first on PYTHONPATH."""
 
 import os
+import sys
+
+import pytest
 
 from vseries import host
 
@@ -17,3 +20,41 @@ def pytest_report_header(config):
 
     spec = importlib.util.find_spec("vllm")
     return f"vllm under test: {spec.origin if spec else 'not importable'}"
+
+
+@pytest.fixture
+def mock_sm90(monkeypatch):
+    """A function that makes vLLM's current_platform an SM90 CUDA platform named "NVIDIA H200"
+    (FP8 e4m3fn): the lazy ``vllm.platforms._current_platform`` and every loaded vLLM module
+    that bound the real one. Call it after importing the vLLM modules the test uses, so that
+    their import-time checks see this host."""
+
+    def apply():
+        import torch
+        import vllm.platforms
+        from vllm.platforms.interface import DeviceCapability, Platform, PlatformEnum
+
+        class _MockH200(Platform):
+            _enum = PlatformEnum.CUDA
+            device_name = device_type = "cuda"
+
+            @classmethod
+            def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:
+                return DeviceCapability(9, 0)
+
+            @classmethod
+            def get_device_name(cls, device_id: int = 0) -> str:
+                return "NVIDIA H200"
+
+            @classmethod
+            def fp8_dtype(cls) -> torch.dtype:
+                return torch.float8_e4m3fn
+
+        real, fake = vllm.platforms.current_platform, _MockH200()
+        monkeypatch.setattr(vllm.platforms, "_current_platform", fake, raising=False)
+        for name, module in list(sys.modules.items()):
+            if name.startswith("vllm") and getattr(module, "current_platform", None) is real:
+                monkeypatch.setattr(module, "current_platform", fake)
+        return fake
+
+    return apply

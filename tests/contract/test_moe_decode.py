@@ -38,28 +38,6 @@ FP8 = torch.float8_e4m3fn
 E, TOPK, H, I = 128, 8, 2048, 768  # noqa: E741  (Qwen3-30B-A3B: experts, top-k, hidden, inter)
 
 
-def _mock_sm90():
-    from vllm.platforms.interface import DeviceCapability, Platform, PlatformEnum
-
-    class _MockH200(Platform):
-        _enum = PlatformEnum.CUDA
-        device_name = device_type = "cuda"
-
-        @classmethod
-        def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:
-            return DeviceCapability(9, 0)
-
-        @classmethod
-        def get_device_name(cls, device_id: int = 0) -> str:
-            return "NVIDIA H200"
-
-        @classmethod
-        def fp8_dtype(cls) -> torch.dtype:
-            return FP8
-
-    return _MockH200()
-
-
 class _CustomOps:
     """Stands in for ``vllm._custom_ops``: records each op the call reaches and raises, as
     the op cannot run on this host (no CUDA kernels)."""
@@ -86,15 +64,13 @@ def _layer(device):
     return w1, w2, s1, s2, x, tw, ti.to(torch.int32)
 
 
-def test_one_token_layer_is_two_triton_kernels(monkeypatch):
-    import vllm.platforms
+def test_one_token_layer_is_two_triton_kernels(monkeypatch, mock_sm90):
     from triton.runtime.jit import JITFunction
 
     # import first: import-time checks must see this host, the call an SM90 GPU
     fm = importlib.import_module("vllm.model_executor.layers.fused_moe.fused_moe")
     config = importlib.import_module("vllm.model_executor.layers.fused_moe.config")
-    monkeypatch.setattr(vllm.platforms, "_current_platform", _mock_sm90())
-    monkeypatch.setattr(fm, "current_platform", _mock_sm90())
+    mock_sm90()
     ops = _CustomOps()
     for module in list(importlib.sys.modules.values()):
         name = getattr(module, "__name__", "")

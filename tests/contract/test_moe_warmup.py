@@ -63,24 +63,6 @@ def _warmup_module():
         pytest.fail(f"this vLLM has no Triton fused-MoE warm-up: {e}")
 
 
-def _mock_h200():
-    from vllm.platforms.interface import DeviceCapability, Platform, PlatformEnum
-
-    class _MockH200(Platform):
-        _enum = PlatformEnum.CUDA
-        device_name = device_type = "cuda"
-
-        @classmethod
-        def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:
-            return DeviceCapability(9, 0)
-
-        @classmethod
-        def get_device_name(cls, device_id: int = 0) -> str:
-            return "NVIDIA H200"
-
-    return _MockH200()
-
-
 def _qwen3_layer(device: str):
     """What the warm-up reads of a Qwen3-30B-A3B FusedMoE layer (per-tensor FP8, dynamic
     activation scales, as quantization="fp8" serves it) and its TritonExperts."""
@@ -119,10 +101,10 @@ def _qwen3_layer(device: str):
     return layer, TritonExperts(moe_config, qc), qc
 
 
-def test_warmup_covers_every_launch(monkeypatch):
+def test_warmup_covers_every_launch(monkeypatch, mock_sm90):
     warmup = _warmup_module()
     fm = importlib.import_module("vllm.model_executor.layers.fused_moe.fused_moe")
-    monkeypatch.setattr(fm, "current_platform", _mock_h200())
+    mock_sm90()
     # fused_moe_kernel's launches only (the series' decode path has its own variant)
     monkeypatch.setenv("VLLM_TRITON_MOE_DECODE", "0")
     fm.get_moe_configs.cache_clear()
