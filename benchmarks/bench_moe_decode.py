@@ -9,7 +9,7 @@ it runs in (``--variant`` names it). Variants per row:
 - ``default``: the tree's own path (v0.21.0: the 7-9 kernel pipeline; the series: the
   two-kernel decode path for up to 16 tokens, ``fused_moe_decode.py``);
 - ``decode_off`` (trees with the decode path): the same tree with
-  ``VLLM_TRITON_MOE_DECODE=0``, i.e. the series without the decode patch;
+  ``VLLM_USE_TRITON_MOE_FP8_DECODE=0``, i.e. the series without the decode patch;
 - ``cfg:<name>`` (M in 1, 4, 16): the decode kernels with other tiles / split-K, to check the
   heuristic ``get_decode_config`` against its neighbours;
 - ``prequant`` (dynamic scales, M in 1, 4, 16): vLLM's own quantisation kernel, then the decode
@@ -132,8 +132,8 @@ def decode_module():
 
 
 def env_decode(on: bool) -> None:
-    """VLLM_TRITON_MOE_DECODE, read by vLLM at call time (no envs cache in this process)."""
-    os.environ["VLLM_TRITON_MOE_DECODE"] = "1" if on else "0"
+    """VLLM_USE_TRITON_MOE_FP8_DECODE, read by vLLM at call time (no envs cache in this process)."""
+    os.environ["VLLM_USE_TRITON_MOE_FP8_DECODE"] = "1" if on else "0"
 
 
 @dataclasses.dataclass

@@ -106,7 +106,7 @@ def test_warmup_covers_every_launch(monkeypatch, mock_sm90):
     fm = importlib.import_module("vllm.model_executor.layers.fused_moe.fused_moe")
     mock_sm90()
     # fused_moe_kernel's launches only (the series' decode path has its own variant)
-    monkeypatch.setenv("VLLM_TRITON_MOE_DECODE", "0")
+    monkeypatch.setenv("VLLM_USE_TRITON_MOE_FP8_DECODE", "0")
     fm.get_moe_configs.cache_clear()
     layer, experts, _ = _qwen3_layer("meta")
     first = warmup.fused_moe_warmup_batch_sizes(layer, experts, MAX_TOKENS)
