@@ -121,7 +121,8 @@ def main() -> int:
         f"Made by `python benchmarks/moe_decode_report.py {' '.join(sys.argv[1:])}`.",
         "",
         f"- base: `{bh['command']}` ({bh['time']}, {bh['gpu']}, clocks {bh['clocks']})",
-        f"- series: `{sh['command']}` ({sh['time']}, tree {sh['tree'].get('head', '')[:12]})",
+        f"- series: `{sh['command']}` ({sh['time']}, tree "
+        f"{sh['tree'].get('head', '')[:12] or 'head not recorded by that run'})",
         f"- read bandwidth measured in the same runs: {bh['read_bandwidth_Bps'] / 1e12:.2f} and "
         f"{sh['read_bandwidth_Bps'] / 1e12:.2f} TB/s",
         f"- kernels per call at one token (profiled graph replay): base "
