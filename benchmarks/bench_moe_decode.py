@@ -6,15 +6,17 @@ GEMMs, activation, top-k sum; routing excluded) for per-tensor FP8 weights with 
 with dynamic per-tensor activation scales, three model shapes and batches 1..64, in the tree
 it runs in (``--variant`` names it). Variants per row:
 
-- ``default``: the tree's own path (v0.21.0: the 7-9 kernel pipeline; the series: the
-  two-kernel decode path for up to 16 tokens, ``fused_moe_decode.py``);
+- ``default``: the tree's own path (v0.21.0: the 7-11 kernel pipeline; the series: the
+  two-kernel decode path, ``fused_moe_decode.py``, at the batches its rule
+  ``use_fp8_decode_path`` takes, else the general path);
 - ``decode_off`` (trees with the decode path): the same tree with
   ``VLLM_USE_TRITON_MOE_FP8_DECODE=0``, i.e. the series without the decode patch;
-- ``cfg:<name>`` (M in 1, 4, 16): the decode kernels with other tiles / split-K, to check the
-  heuristic ``get_decode_config`` against its neighbours;
-- ``prequant`` (dynamic scales, M in 1, 4, 16): vLLM's own quantisation kernel, then the decode
-  kernels on FP8 input, against the in-kernel dynamic scale (how far reading every token in
-  every program pays).
+- ``cfg:<name>`` (M in ``--sweep-batches``, default 1, 4, 16): the decode kernels called
+  directly with the heuristic's config and its neighbours (tiles, split-K, stages), also at
+  batches the dispatch rule leaves to the general path, to check the heuristic and the rule;
+- ``prequant`` (dynamic scales, M in ``--sweep-batches``): vLLM's own quantisation kernel,
+  then the decode kernels on FP8 input, against the in-kernel dynamic scale (how far
+  reading every token in every program pays).
 
 Method (``benchmarks/harness.py``): every row under CUDA-graph replay with 8 routings cycled
 inside the graph (no expert stays in L2), median and range of 30 replays, bytes from the
@@ -44,7 +46,7 @@ import harness  # noqa: E402
 
 FP8 = torch.float8_e4m3fn
 SCALES = ("static", "dynamic")
-SWEEP_BATCHES = (1, 4, 16)  # cfg:/prequant variants only here (device time)
+SWEEP_BATCHES = (1, 4, 16)  # default --sweep-batches: cfg:/prequant variants (device time)
 
 
 def make_layer(e: int, h: int, i: int, seed: int):
@@ -109,7 +111,8 @@ def kernels_per_call(fn) -> int:
 
 
 def sweep_configs(base: dict) -> dict[str, dict]:
-    """The heuristic's config and neighbours (tile, K step, split-K, stages)."""
+    """The heuristic's config and neighbours (tile, K step, split-K, stages, and the
+    programmatic dependent launch of the w2 kernel flipped)."""
     out = {"heuristic": dict(base)}
     out["bk128"] = dict(base, BLOCK_K1=128, BLOCK_K2=128)
     out["split_x2"] = dict(base, SPLIT_K1=base["SPLIT_K1"] * 2, SPLIT_K2=base["SPLIT_K2"] * 2)
@@ -119,6 +122,9 @@ def sweep_configs(base: dict) -> dict[str, dict]:
         )
     out["stages3"] = dict(base, num_stages=3)
     out["tile128"] = dict(base, BLOCK_I=64, BLOCK_N=128)
+    if "PDL" in base:  # trees whose kernels have the option (off by default until measured)
+        out["pdl"] = dict(base, PDL=1 - base["PDL"])
+        out["pdl_stages3"] = dict(base, PDL=1 - base["PDL"], num_stages=3)
     return out
 
 
@@ -205,7 +211,7 @@ class Case:
         return run
 
 
-def measure(case: Case, no_sweep: bool, bw: float, num_sms: int, kernels: dict) -> list:
+def measure(case: Case, sweep: tuple[int, ...], bw: float, num_sms: int, kernels: dict) -> list:
     """Every variant of one case: rows with time, range, bytes and roofline."""
     fd = decode_module()
     rows = []
@@ -248,7 +254,7 @@ def measure(case: Case, no_sweep: bool, bw: float, num_sms: int, kernels: dict) 
         kernels[f"{key}/decode_off"] = kernels_per_call(case.fused(0))
     add("decode_off", [case.fused(k) for k in range(n)])
     env_decode(True)
-    if no_sweep or case.m not in SWEEP_BATCHES:
+    if case.m not in sweep or case.m > fd.DECODE_MAX_TOKENS:
         return rows
     base_cfg = fd.get_decode_config(case.m, case.topk, case.h, case.i, num_sms)
     for name, cfg in sweep_configs(base_cfg).items():
@@ -269,7 +275,12 @@ def main() -> int:
     ap.add_argument("--batches", nargs="*", type=int, default=list(harness.DECODE_BATCHES))
     ap.add_argument("--scales", nargs="*", default=list(SCALES))
     ap.add_argument("--no-sweep", action="store_true", help="skip the cfg:/prequant variants")
+    ap.add_argument(
+        "--sweep-batches", nargs="*", type=int, default=list(SWEEP_BATCHES),
+        help="batches with the cfg:/prequant variants (each must also be in --batches)",
+    )  # fmt: skip
     args = ap.parse_args()
+    sweep = () if args.no_sweep else tuple(args.sweep_batches)
 
     fd = decode_module()
     bw = harness.read_bandwidth()
@@ -285,7 +296,7 @@ def main() -> int:
         for scale in args.scales:
             for m in args.batches:
                 case = Case(shape, scale, m, topk, h, i, layer, seed=1000 * si + m)
-                rows += measure(case, args.no_sweep, bw, num_sms, kernels)
+                rows += measure(case, sweep, bw, num_sms, kernels)
                 harness.write(args.out, dict(head, kernels_per_call_m1=kernels), rows)
     harness.write(args.out, dict(head, kernels_per_call_m1=kernels), rows)
     print("kernels per call at M=1:", kernels, flush=True)
