@@ -97,6 +97,7 @@ def _qwen3_layer(device: str):
         w2_weight=torch.empty(e, h, i, dtype=FP8, device=device),
         top_k=topk, global_num_experts=e, expert_map=None, moe_config=moe_config,
         activation=MoEActivation.SILU, layer_name="contract",
+        apply_router_weight_on_input=False,
     )  # fmt: skip
     return layer, TritonExperts(moe_config, qc), qc
 
