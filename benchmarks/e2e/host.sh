@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Host side of the end-to-end runs (issue 11), called by `benchmarks/h200/run.sh e2e` with its
 # result folder; see benchmarks/e2e/README.md. Settings (environment, all optional):
-#   MODEL      qwen3-30b-a3b | mixtral-8x7b                        (qwen3-30b-a3b)
-#   FLAVOUR    fp8static | fp8dyn                                  (fp8static)
-#   LAYERS     decoder layers                                      (full depth)
+#   MODEL      qwen3-30b-a3b | mixtral-8x7b | deepseek-v4          (qwen3-30b-a3b)
+#   FLAVOUR    fp8static | fp8dyn; deepseek-v4: fp8block only      (fp8static; deepseek-v4: fp8block)
+#   LAYERS     decoder layers                                      (full depth; deepseek-v4: 4)
 #   TREES      staged trees /root/vllm-NAME, the first is the reference   ("base series")
 #   PROCESSES  server processes per tree                           (2)
 #   QUICK      1: the quick preset, 0: the full one                (1)
@@ -26,7 +26,7 @@ E2E=${E2E_DIR:-/root/e2e}
 SITE=${SITE:-/root/site}
 PY=${PYTHON:-python3}
 MODEL=${MODEL:-qwen3-30b-a3b}
-FLAVOUR=${FLAVOUR:-fp8static}
+if [ "$MODEL" = deepseek-v4 ]; then FLAVOUR=${FLAVOUR:-fp8block}; else FLAVOUR=${FLAVOUR:-fp8static}; fi
 read -ra trees <<<"${TREES:-base series}"
 mkdir -p "$R" "$E2E"
 
@@ -34,6 +34,34 @@ mkdir -p "$R" "$E2E"
 for t in "${trees[@]}"; do
   [ -d "$TREE_ROOT/vllm-$t" ] || { echo "!!! $TREE_ROOT/vllm-$t is not staged (stage.py --src $t=...)"; exit 1; }
 done
+
+# DeepSeek-V4 imports tilelang in every decoder layer (vllm mhc.py raises without it), needs
+# DeepGEMM (indexer, wo_a einsum) and FlashMLA (its only attention backend): check the staged
+# site and trees before a server spends minutes failing.
+if [ "$MODEL" = deepseek-v4 ]; then
+  miss=()
+  [ -d "$SITE/tilelang" ] || miss+=("tilelang in $SITE")
+  [ -d "$SITE/z3" ] || miss+=("z3-solver in $SITE (tilelang's libtvm loads libz3)")
+  PYTHONPATH=$SITE "$PY" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("ml_dtypes") is None)' \
+    || miss+=("ml-dtypes (neither in $SITE nor in $PY's own packages)")
+  compgen -G "$SITE/apache_tvm_ffi-0.1.9.dist-info" >/dev/null \
+    || miss+=("apache-tvm-ffi 0.1.9 in $SITE (tilelang 0.1.9 fails to import with other versions)")
+  for t in "${trees[@]}"; do
+    compgen -G "$TREE_ROOT/vllm-$t/vllm/third_party/deep_gemm/_C*.so" >/dev/null \
+      || miss+=("DeepGEMM in $TREE_ROOT/vllm-$t (vllm/third_party/deep_gemm/_C*.so)")
+    [ -f "$TREE_ROOT/vllm-$t/vllm/_flashmla_C.abi3.so" ] \
+      || miss+=("FlashMLA in $TREE_ROOT/vllm-$t (vllm/_flashmla_C.abi3.so)")
+  done
+  if [ ${#miss[@]} -gt 0 ]; then
+    echo "!!! MODEL=deepseek-v4 needs what is not staged:"
+    printf '!!!   %s\n' "${miss[@]}"
+    echo "!!! stage with stage.py --attention --deepgemm (the line of"
+    echo "!!! 'benchmarks/e2e/trees.py ${trees[*]} --print-stage --deepgemm'), with .gpu/wheels also"
+    echo "!!! holding benchmarks/h200/host-wheels-dsv4.txt (tilelang==0.1.9, z3-solver==4.15.4.0,"
+    echo "!!! ml-dtypes, apache-tvm-ffi==0.1.9); see benchmarks/e2e/README.md"
+    exit 1
+  fi
+fi
 
 # FlashInfer's reduced FP8 MoE module (the base tree's FLASHINFER_CUTLASS), once per host
 fi_so=$SITE/flashinfer/data/aot/fused_moe_90/fused_moe_90.so
@@ -66,7 +94,7 @@ done
 
 layers=() && [ -n "${LAYERS:-}" ] && layers=(--layers "$LAYERS")
 "$PY" benchmarks/e2e/models.py --out "$E2E/models" --arch "$MODEL" --flavour "$FLAVOUR" "${layers[@]}" \
-  >"$R/models.txt" || { echo "!!! models.py failed"; exit 1; }
+  >"$R/models.txt" 2>"$R/models-err.txt" || { echo "!!! models.py failed: $(tail -1 "$R/models-err.txt")"; exit 1; }
 model_dir=$(tail -1 "$R/models.txt")
 
 args=(--model "$model_dir" --trees "${trees[@]}" --tree-root "$TREE_ROOT" --site "$SITE"
@@ -82,7 +110,7 @@ for f in ${RESUME:-}; do args+=(--resume "$f"); done
 [ ${#note[@]} -gt 0 ] && args+=(--note "$(IFS=';' && echo "${note[*]}")")
 read -ra extra <<<"${EXTRA:-}"
 budget=${BUDGET:-$((${LIMIT:-570} - (SECONDS - t0) - 45))}
-echo "=== e2e: $MODEL $FLAVOUR ${LAYERS:-full depth}, trees ${trees[*]}, budget ${budget} s"
+echo "=== e2e: $MODEL $FLAVOUR ${LAYERS:-default depth}, trees ${trees[*]}, budget ${budget} s"
 timeout $((budget + 30)) "$PY" benchmarks/e2e/serve.py "${args[@]}" --budget-s "$budget" "${extra[@]}" \
   || echo "!!! serve.py exited $?"
 cp "$E2E/results.jsonl" "$R/results.jsonl" 2>/dev/null || true

@@ -65,6 +65,24 @@ WORKLOADS = {
 CONCURRENCIES = (1, 4, 16, 64)
 # Probe: single requests at prompt lengths the warm-up did not use (tokens).
 PROBE_LENGTHS = (3, 17, 100, 129, 257, 511, 777, 1000, 1500, 2047)
+# deepseek-v4: what patch 3 changes is _fused_inv_rope_fp8_quant_per_head's specialisation on
+# num_tokens and scale_stride_k = num_tokens rounded up to 4 (Triton keys an int on "== 1"
+# and "divisible by 16"; v1/attention/ops/deepseek_v4_ops/fused_inv_rope_fp8_quant.py
+# :198-214). Start-up meets (1, -), (-, -) and (16, 16); (-, 16) first comes with an eager
+# prefill of L = 13, 14 or 15 (mod 16) tokens. Every other length of a new size bucket would
+# confound it: mHC's n_splits = f(cdiv(L, 64)) (model_executor/layers/mhc.py:273, 665) is a new
+# tilelang / DeepGEMM JIT per 64-token bucket. So every length is in the bucket 961..1024
+# (n_splits 8 on 132 SMs, not met at start-up), above the largest CUDA-graph capture size
+# (eager, exact L tokens). Order: 968 first (== 8 mod 16: no new rope variant; pays the
+# bucket's JIT), 1000 (== 8: a control), then 1021 (== 13: the base tree's new variant), 1022
+# and 1023 (== 14, 15: the same key, no second compile), 973 (== 13), 1008 (== 0: a control).
+PROBE_LENGTHS_DEEPSEEK_V4 = (968, 1000, 1021, 1022, 1023, 973, 1008)
+PROBE_BY_ARCH = {"deepseek-v4": PROBE_LENGTHS_DEEPSEEK_V4}
+
+
+def probe_lengths(arch: str | None) -> tuple[int, ...]:
+    """The probe's prompt lengths for ``arch`` (PROBE_BY_ARCH, else PROBE_LENGTHS)."""
+    return PROBE_BY_ARCH.get(arch or "", PROBE_LENGTHS)
 
 
 @dataclass(frozen=True)
@@ -91,6 +109,8 @@ PRESETS = {
 COST = {
     "qwen3-30b-a3b": {"a_ms": 7.0, "b_ms": 0.10, "p_ms": 0.02},
     "mixtral-8x7b": {"a_ms": 9.0, "b_ms": 0.10, "p_ms": 0.05},
+    # a guess (nothing measured): 43 layers of 4096 wide, 6 of 256 experts, sparse attention
+    "deepseek-v4": {"a_ms": 15.0, "b_ms": 0.15, "p_ms": 0.06},
 }
 
 

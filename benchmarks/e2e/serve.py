@@ -43,7 +43,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the e2e package importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from e2e import logparse, results, schedule, servers  # noqa: E402
+from e2e import logparse, models, results, schedule, servers  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESERVE_S = 30.0  # kept for stopping servers and flushing, on top of every estimate
@@ -130,8 +130,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--probe-lengths",
-        default=",".join(map(str, schedule.PROBE_LENGTHS)),
-        help="prompt lengths of the first-vs-again probe ('' for no probe)",
+        default=None,
+        help="prompt lengths of the first-vs-again probe, e.g. 3,17,100 ('' for no probe; "
+        "default: schedule.probe_lengths of the model's arch)",
     )
     ap.add_argument("--budget-s", type=float, default=540.0, help="stop cleanly after this")
     ap.add_argument("--startup-timeout-s", type=float, default=420.0)
@@ -150,7 +151,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--max-model-len",
         type=int,
         default=None,
-        help="default: what every workload and the probe need",
+        help="default: what every workload and the probe need, at least the model's "
+        "max_model_len in VSERIES_MODEL.json",
     )
     ap.add_argument(
         "--capture-sizes",
@@ -213,7 +215,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     a.reps = a.reps or preset.reps
     a.target_s = a.target_s or preset.target_s
     a.processes = a.processes or preset.processes
-    a.probe_lengths = [int(x) for x in a.probe_lengths.split(",") if x.strip()]
+    if a.probe_lengths is not None:  # None: the model's arch decides (Ctx)
+        a.probe_lengths = [int(x) for x in a.probe_lengths.split(",") if x.strip()]
     a.capture_sizes = [int(x) for x in a.capture_sizes.split(",") if x.strip()]
     a.results = a.results or a.out / "results.jsonl"
     a.work = a.work or a.out / "work"
@@ -237,6 +240,17 @@ def _tree_kv(items: list[str], sep: str, nested: bool = True) -> dict:
         else:
             out[tree] = rest
     return out
+
+
+def model_env_of(manifest: dict, arch: str | None) -> dict:
+    """The model's server environment: VSERIES_MODEL.json's ``env``; for a directory written
+    before the manifest had one, models.model_env of its arch, else VLLM_USE_DEEP_GEMM=0
+    (what every server got before the setting became per-model)."""
+    if "env" in manifest:
+        return dict(manifest["env"])
+    if arch in models.ARCHS:
+        return models.model_env(arch)
+    return {"VLLM_USE_DEEP_GEMM": "0"}
 
 
 def resolve_trees(specs: list[str], root: str) -> list[tuple[str, Path]]:
@@ -277,6 +291,9 @@ class Ctx:
         self.manifest = json.loads(mf.read_text()) if mf.exists() else {}
         self.model = a.model.name
         self.arch = self.manifest.get("arch", self.cfg.get("model_type"))
+        if a.probe_lengths is None:
+            a.probe_lengths = list(schedule.probe_lengths(self.arch))
+        self.model_env = model_env_of(self.manifest, self.arch)
         self.depth = self.cfg["num_hidden_layers"] / self.manifest.get(
             "full_layers", self.cfg["num_hidden_layers"]
         )
@@ -285,8 +302,11 @@ class Ctx:
         self.meta = {n: tree_meta(n, d) for n, d in self.trees}
         self.records = results.load([*a.resume, a.results])
         self.done = results.done_keys(self.records)
-        self.max_model_len = a.max_model_len or schedule.max_model_len(
-            tuple((w, 1) for w in schedule.WORKLOADS), tuple(a.probe_lengths) or (1,)
+        self.max_model_len = a.max_model_len or max(
+            schedule.max_model_len(
+                tuple((w, 1) for w in schedule.WORKLOADS), tuple(a.probe_lengths) or (1,)
+            ),
+            self.manifest.get("max_model_len") or 0,
         )
         self.gpus = a.gpus.split(",") if a.gpus else servers.gpu_list()
         self.tp = a.tensor_parallel_size
@@ -412,6 +432,7 @@ class Ctx:
             compile_dir=compile_dir,
             gpus=gpus,
             extra=extra,
+            model_env=self.model_env,
         )
 
     def server_cmd(self, port: int) -> list[str]:
@@ -459,7 +480,8 @@ class Ctx:
             "--random-output-len", str(wl.output_len),
             "--random-range-ratio", str(max(wl.input_ratio, wl.output_ratio)),
             "--num-prompts", str(self.a.offline_prompts), "--seed", "0",
-            "--load-format", "dummy", *self.quant_args,
+            "--load-format", "dummy",
+            *[x for x in self.quant_args if x != "--no-enable-prefix-caching"],
             "--max-model-len", str(self.max_model_len), "--max-num-seqs", str(self.a.max_num_seqs),
             "--max-num-batched-tokens", str(self.a.max_num_batched_tokens),
             "--gpu-memory-utilization", "0.85", "--kv-cache-memory-bytes", str(self.kv_bytes),
@@ -492,7 +514,7 @@ class Client:
     def env(self) -> dict:
         env = dict(os.environ)
         env["PYTHONPATH"] = ":".join(p for p in [self.ctx.a.site, str(self.tree_dir)] if p)
-        env.update({k: v for k, v in servers.ENV_ALWAYS.items() if k != "VLLM_USE_DEEP_GEMM"})
+        env.update(servers.ENV_ALWAYS)
         return env
 
     def command(self) -> list[str]:
@@ -1136,7 +1158,7 @@ def dry_run(ctx: Ctx) -> int:
                     tree, d, ctx.gpus[: ctx.tp], Path("WORK/compiles"), Path("WORK")
                 )
                 cmd = shlex.join(ctx.offline_argv(w, Path("WORK/throughput.json")))
-                print(f"[offline {w} {tree}] {_envline(env)} {cmd}")
+                print(f"[offline {w} {tree}] {_envline(env, tuple(ctx.model_env))} {cmd}")
         return 0
     client = Client(ctx, ctx.trees[0][1], Path("WORK"))
     print(f"[client] PYTHONPATH={client.env()['PYTHONPATH']} {shlex.join(client.command())}")
@@ -1145,7 +1167,10 @@ def dry_run(ctx: Ctx) -> int:
         for i, (tree, d) in enumerate(ctx.trees):
             port = a.port_base + i
             env = ctx.server_env(tree, d, ctx.server_gpus(i), Path("WORK/compiles"), Path("WORK"))
-            print(f"[server {tree}] {_envline(env)} {shlex.join(ctx.server_cmd(port))}")
+            print(
+                f"[server {tree}] {_envline(env, tuple(ctx.model_env))} "
+                f"{shlex.join(ctx.server_cmd(port))}"
+            )
             print(f"[health {tree}] GET http://127.0.0.1:{port}/health until 200")
         for tree in probes:
             print(
@@ -1163,13 +1188,16 @@ def dry_run(ctx: Ctx) -> int:
     return 0
 
 
-def _envline(env: dict) -> str:
+def _envline(env: dict, shown: tuple = ()) -> str:
+    """``KEY=VALUE ...`` of the settings the runner makes: the fixed ones, ``shown`` (the
+    model's), and any other key that is not in this process's environment."""
     keys = [
         "PYTHONPATH",
         "CUDA_VISIBLE_DEVICES",
         "VSERIES_COMPILE_LOG_DIR",
         "TRITON_CACHE_DIR",
         *servers.ENV_ALWAYS,
+        *shown,
     ]
     extra = [k for k in env if k not in os.environ and k not in keys]
     return " ".join(f"{k}={shlex.quote(env[k])}" for k in [*keys, *extra] if k in env)
@@ -1220,6 +1248,8 @@ def main(argv=None) -> int:
             "clocks": servers.gpu_clocks(),
             "memory_plan": ctx.mem["text"],
             "server_cmd_example": ctx.server_cmd(a.port_base),
+            "model_env": ctx.model_env,
+            "probe_lengths": a.probe_lengths,
             "offline": a.offline_throughput,
         }
     )

@@ -25,8 +25,9 @@ from pathlib import Path
 GIB = 1 << 30
 H200_BYTES = 143771 * (1 << 20)  # nvidia-smi memory.total of an H200 SXM (MiB)
 OVERHEAD_BYTES = 6 * GIB  # activations, CUDA graphs, CUDA context, workspaces (a guess)
+# Every server, whatever the model. Model-specific settings (VLLM_USE_DEEP_GEMM: 0 for the
+# per-tensor models, 1 for deepseek-v4) come from models.model_env via VSERIES_MODEL.json.
 ENV_ALWAYS = {
-    "VLLM_USE_DEEP_GEMM": "0",  # the kernel warm-up asks for DeepGEMM otherwise (recipe)
     "NCCL_NVLS_ENABLE": "0",  # NVLink multicast off (device notes)
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     "NVSHMEM_DISABLE_NVLS": "1",
@@ -40,7 +41,10 @@ ENV_ALWAYS = {
 
 def weight_bytes(cfg: dict) -> int:
     """Device bytes of the weights of a Qwen3-MoE / Mixtral config served as per-tensor FP8:
-    linear and expert weights 1 byte per parameter, embeddings, LM head and router in bf16."""
+    linear and expert weights 1 byte per parameter, embeddings, LM head and router in bf16.
+    DeepSeek-V4 configs: ``weight_bytes_deepseek_v4``."""
+    if cfg.get("model_type") == "deepseek_v4":
+        return weight_bytes_deepseek_v4(cfg)
     h, layers = cfg["hidden_size"], cfg["num_hidden_layers"]
     heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hd = cfg.get("head_dim") or h // heads
@@ -53,8 +57,36 @@ def weight_bytes(cfg: dict) -> int:
     return layers * (attn + moe + router) + embed
 
 
+def weight_bytes_deepseek_v4(cfg: dict) -> int:
+    """Device bytes of a DeepSeek-V4 config with block-FP8 linears and experts
+    (``expert_dtype`` fp8: 1 byte per parameter; the 128x128 block scales, norms, mHC and the
+    hash-routing table add < 1%), embeddings and LM head in bf16. Per layer: wq_a (h x
+    q_lora), wq_b (q_lora x heads * head_dim), wkv (h x head_dim), wo_a (heads * head_dim x
+    o_lora), wo_b (o_groups * o_lora x h), the indexer's wq_b (q_lora x index heads x index
+    head_dim) as an upper bound for every layer, routed + shared experts (3 x h x
+    moe_intermediate each), router (h x experts, bf16). 4 layers: ~28.5 GB (26.5 GiB)."""
+    h, layers = cfg["hidden_size"], cfg["num_hidden_layers"]
+    qd = cfg["num_attention_heads"] * cfg["head_dim"]
+    q_lora, o_lora = cfg["q_lora_rank"], cfg["o_lora_rank"]
+    attn = (
+        h * q_lora
+        + q_lora * qd
+        + h * cfg["head_dim"]
+        + qd * o_lora
+        + cfg["o_groups"] * o_lora * h
+        + q_lora * cfg["index_n_heads"] * cfg["index_head_dim"]
+    )
+    experts = cfg["n_routed_experts"] + (cfg.get("n_shared_experts") or 0)
+    moe = experts * 3 * h * cfg["moe_intermediate_size"]
+    router = h * cfg["n_routed_experts"] * 2
+    embed = cfg["vocab_size"] * h * 2 * (1 if cfg.get("tie_word_embeddings") else 2)
+    return layers * (attn + moe + router) + embed
+
+
 def kv_bytes_per_token(cfg: dict, tp: int = 1) -> int:
-    """bf16 KV cache bytes per token on one GPU (K and V, every layer, kv heads / tp)."""
+    """bf16 KV cache bytes per token on one GPU (K and V, every layer, kv heads / tp). For
+    DeepSeek-V4 (1 latent head of 512, fp8_ds_mla: 656 bytes a token in a full layer, less in
+    compressed ones) this is a generous bound of 2048 bytes a token a layer."""
     hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     kv = max(1, cfg["num_key_value_heads"] // tp)
     return cfg["num_hidden_layers"] * 2 * kv * hd * 2
@@ -128,7 +160,9 @@ def server_command(
     capture_sizes: list[int] | None,
     extra: list[str] = (),
 ) -> list[str]:
-    """``vllm serve`` (through ``python3 -m vllm.entrypoints.cli.main``) on 127.0.0.1."""
+    """``vllm serve`` (through ``python3 -m vllm.entrypoints.cli.main``) on 127.0.0.1.
+    ``quant_args`` are the model's own arguments (VSERIES_MODEL.json ``serve_args``: the
+    quantisation, and for deepseek-v4 the KV-cache dtype); prefix caching is always off."""
     cmd = [
         python, "-m", "vllm.entrypoints.cli.main", "serve", str(model_dir),
         "--host", "127.0.0.1", "--port", str(port),
@@ -140,7 +174,7 @@ def server_command(
         "--kv-cache-memory-bytes", str(kv_bytes),
         "--tensor-parallel-size", str(tp),
         "--seed", "0",
-        "--no-enable-prefix-caching",
+        *([] if "--no-enable-prefix-caching" in quant_args else ["--no-enable-prefix-caching"]),
         "--disable-uvicorn-access-log",
     ]  # fmt: skip
     if capture_sizes:
@@ -155,13 +189,17 @@ def server_env(
     compile_dir: Path | None,
     gpus: list[str] | None,
     extra: dict | None = None,
+    model_env: dict | None = None,
 ) -> dict:
     """The environment of one server: ``pythonpath`` first (the hook folder, /root/site, the
-    tree), the settings in ENV_ALWAYS, the compile-log folder, CUDA_VISIBLE_DEVICES when
-    ``gpus`` is given, then ``extra`` (the caller's per-tree variables) last."""
+    tree), the settings in ENV_ALWAYS, then ``model_env`` (the model's own, from
+    VSERIES_MODEL.json, e.g. VLLM_USE_DEEP_GEMM), the compile-log folder,
+    CUDA_VISIBLE_DEVICES when ``gpus`` is given, then ``extra`` (the caller's per-tree
+    variables) last."""
     env = dict(base)
     env["PYTHONPATH"] = ":".join(str(p) for p in pythonpath if p)
     env.update(ENV_ALWAYS)
+    env.update(model_env or {})
     if compile_dir is not None:
         env["VSERIES_COMPILE_LOG_DIR"] = str(compile_dir)
     if gpus:

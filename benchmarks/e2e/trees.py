@@ -1,6 +1,6 @@
 """The intermediate trees of the series, as checkouts to stage: the pin plus the first k patches.
 
-    python benchmarks/e2e/trees.py base series [p1 p1_2 ...] [--print-stage]
+    python benchmarks/e2e/trees.py base series [p1 p1_2 ...] [--print-stage [--deepgemm]]
 
 Names: ``base`` (the pin, k=0), ``p1`` (pin + patch 1), ``p1_K`` (patches 1..K; ``p1-K`` is
 accepted too), ``series`` (every patch in patches/series). Each becomes
@@ -128,8 +128,11 @@ def build(name: str, root: Path | None = None) -> Path:
     return dest
 
 
-def stage_command(trees: dict[str, Path], recipe: str = "../shared/gpu") -> str:
-    """The recipe's stage.py line for these trees (run from the workspace root)."""
+def stage_command(
+    trees: dict[str, Path], recipe: str = "../shared/gpu", deepgemm: bool = False
+) -> str:
+    """The recipe's stage.py line for these trees (run from the workspace root); with
+    ``deepgemm`` also ``--deepgemm`` (the DeepSeek-V4 model needs DeepGEMM)."""
     root = Workspace.current().root
     srcs = " ".join(
         f"--src {n}={p.relative_to(root) if p.is_relative_to(root) else p}"
@@ -140,7 +143,8 @@ def stage_command(trees: dict[str, Path], recipe: str = "../shared/gpu") -> str:
         "print(fetch.fetch(p.package, p.wheel))')\""
     )
     return (
-        f"python3 {recipe}/stage.py --attention {srcs} --wheel {wheel} "
+        f"python3 {recipe}/stage.py --attention {'--deepgemm ' if deepgemm else ''}{srcs} "
+        f"--wheel {wheel} "
         "--wheels .gpu/wheels --out .gpu/stage"
     )
 
@@ -152,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("names", nargs="+", help="base, p1, p1_2, ..., series")
     ap.add_argument("--root", type=Path, default=None, help="where the trees go (.vseries/trees)")
     ap.add_argument("--print-stage", action="store_true", help="print the stage.py command")
+    ap.add_argument(
+        "--deepgemm",
+        action="store_true",
+        help="with --print-stage: add stage.py's --deepgemm (MODEL=deepseek-v4)",
+    )
     a = ap.parse_args(argv)
     built = {}
     try:
@@ -167,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trees: {e}", file=sys.stderr)
         return 1
     if a.print_stage:
-        print(stage_command(built))
+        print(stage_command(built, deepgemm=a.deepgemm))
     return 0
 
 

@@ -194,7 +194,9 @@ def test_trees_from_the_series(tiny, tmp_path):
     assert (one / "b.py").read_text() == "x = 2\n"
     cmd = trees.stage_command({"base": base, "series": full})
     assert "--src base=.vseries/trees/base --src series=.vseries/trees/series" in cmd
-    assert "--attention" in cmd
+    assert "--attention" in cmd and "--deepgemm" not in cmd
+    dg = trees.stage_command({"base": base, "series": full}, deepgemm=True)
+    assert "stage.py --attention --deepgemm --src base=" in dg
 
 
 def test_trees_refuse_a_patch_that_does_not_apply(tiny):
@@ -647,6 +649,7 @@ def test_memory_plan_and_commands(tmp_path):
         compile_dir=tmp_path / "c",
         gpus=["2", "3"],
         extra={"VLLM_USE_FLASHINFER_MOE_FP8": "0"},
+        model_env=models.model_env("qwen3-30b-a3b"),
     )
     assert env["PYTHONPATH"] == f"{tmp_path / 'hook'}:/root/site:/root/vllm-base"
     assert env["VLLM_USE_DEEP_GEMM"] == "0" and env["NCCL_NVLS_ENABLE"] == "0"
@@ -1506,6 +1509,286 @@ def test_host_script_dry_run(tmp_path):
     assert "qwen3-30b-a3b-fp8static-L2" in base_line and "--quantization fp8" in base_line
     assert (tmp_path / "r" / "models.txt").read_text().strip().endswith("-L2")
     assert len([x for x in out.splitlines() if x.startswith("[run ")]) == 24
+
+
+# ----------------------------------------------------------------------------- DeepSeek-V4
+
+
+def test_deepseek_v4_config_and_flavours():
+    """The reduced-depth DeepSeek-V4 config: default 4 layers covering the three attention
+    layer types, V4-Flash widths, block FP8 with scale_fmt; fp8block only for this arch."""
+    c = models.model_config("deepseek-v4", "fp8block")
+    assert c["num_hidden_layers"] == 4 and c["model_type"] == "deepseek_v4"
+    assert c["architectures"] == ["DeepseekV4ForCausalLM"]
+    # one entry per layer (vLLM indexes compress_ratios[layer_id]) plus the MTP layer's
+    assert c["compress_ratios"] == [0, 0, 4, 128, 0]
+    assert {0, 4, 128} <= set(c["compress_ratios"][:4])  # SWA-only, C4A (indexer), C128A
+    q = c["quantization_config"]
+    assert q["quant_method"] == "fp8" and q["weight_block_size"] == [128, 128]
+    assert q["activation_scheme"] == "dynamic" and q["scale_fmt"] == "ue8m0"
+    assert c["expert_dtype"] == "fp8"  # not V4-Flash's fp4: dummy MXFP4 weights are garbage
+    want = {
+        "hidden_size": 4096,
+        "vocab_size": 129280,
+        "num_attention_heads": 64,
+        "head_dim": 512,
+        "qk_rope_head_dim": 64,
+        "q_lora_rank": 1024,
+        "o_lora_rank": 1024,
+        "o_groups": 8,
+        "n_routed_experts": 256,
+        "num_experts_per_tok": 6,
+        "moe_intermediate_size": 2048,
+        "index_topk": 512,
+        "hc_mult": 4,
+        "sliding_window": 128,
+    }
+    assert {k: c[k] for k in want} == want
+    full = models.ARCHS["deepseek-v4"]
+    assert full["num_hidden_layers"] == 43 and len(full["compress_ratios"]) == 44
+    assert full["compress_ratios"][:4] == [0, 0, 4, 128] and full["compress_ratios"][-2:] == [4, 0]
+    two = models.model_config("deepseek-v4", "fp8block", 2)
+    assert two["compress_ratios"] == [0, 0, 0] and two["num_hidden_layers"] == 2
+    assert models.ARCHS["deepseek-v4"]["num_hidden_layers"] == 43  # not modified
+    assert models.dir_name("deepseek-v4", "fp8block", 4) == "deepseek-v4-fp8block-L4"
+    # the per-tensor flavours are refused for deepseek-v4 and fp8block for the others
+    for flavour in ("fp8dyn", "fp8static"):
+        with pytest.raises(ValueError, match="not valid for deepseek-v4.*valid: fp8block"):
+            models.model_config("deepseek-v4", flavour)
+        with pytest.raises(ValueError, match="not valid for deepseek-v4"):
+            models.serve_args("deepseek-v4", flavour)
+    for arch in ("qwen3-30b-a3b", "mixtral-8x7b"):
+        with pytest.raises(ValueError, match=f"'fp8block' is not valid for {arch}"):
+            models.model_config(arch, "fp8block")
+    with pytest.raises(ValueError, match="1..43"):
+        models.model_config("deepseek-v4", "fp8block", 44)
+    assert models.serve_args("deepseek-v4", "fp8block") == [
+        "--kv-cache-dtype",
+        "fp8",
+        "--no-enable-prefix-caching",
+    ]
+    # the CLI refuses the pair before training a tokenizer, with the reason
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/e2e/models.py"), "--out", "/nonexistent"]
+        + ["--arch", "deepseek-v4", "--flavour", "fp8static"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 2 and "not valid for deepseek-v4" in p.stderr, p.stderr
+    # weights of 4 layers (block FP8 experts): ~28.5 GB, two servers fit one H200
+    assert 26 * servers.GIB < servers.weight_bytes(c) < 27 * servers.GIB
+
+
+def test_model_env_is_per_model(tmp_path):
+    """VLLM_USE_DEEP_GEMM=0 is the per-tensor models' setting, not every server's: DeepSeek-V4
+    needs DeepGEMM on, even when the host's environment says 0."""
+    assert "VLLM_USE_DEEP_GEMM" not in servers.ENV_ALWAYS
+    for arch in ("qwen3-30b-a3b", "mixtral-8x7b"):
+        assert models.model_env(arch) == {"VLLM_USE_DEEP_GEMM": "0"}
+    v4 = models.model_env("deepseek-v4")
+    assert v4["VLLM_USE_DEEP_GEMM"] == "1" and v4["VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER"] == "0"
+    env = servers.server_env(
+        {"VLLM_USE_DEEP_GEMM": "0"},
+        pythonpath=["/root/site"],
+        compile_dir=None,
+        gpus=None,
+        model_env=v4,
+    )
+    assert env["VLLM_USE_DEEP_GEMM"] == "1" and env["NCCL_NVLS_ENABLE"] == "0"
+    # a directory written before the manifest had "env": by its arch; unknown: the old default
+    assert runner.model_env_of({}, "deepseek-v4") == v4
+    assert runner.model_env_of({}, "qwen3_moe") == {"VLLM_USE_DEEP_GEMM": "0"}
+    assert runner.model_env_of({"env": {"A": "1"}}, "deepseek-v4") == {"A": "1"}
+
+
+def test_deepseek_v4_probe_lengths():
+    """The probe for deepseek-v4 meets the inv-RoPE kernel's one new JIT key in the base tree
+    and nothing else that changes with the length: every length in one 64-token bucket (mHC
+    n_splits), above the CUDA-graph capture sizes (eager, exact token count), some with
+    L = 13..15 (mod 16) (num_tokens not divisible by 16, align4(num_tokens) divisible), none of
+    them first (the first request of the bucket pays its tilelang / DeepGEMM JIT)."""
+    lengths = schedule.probe_lengths("deepseek-v4")
+    assert lengths == schedule.PROBE_LENGTHS_DEEPSEEK_V4
+    assert schedule.probe_lengths("qwen3-30b-a3b") == schedule.PROBE_LENGTHS
+    assert len(set(lengths)) == len(lengths) >= 4
+    assert len({-(-n // 64) for n in lengths}) == 1  # cdiv(L, 64): one mHC bucket
+    capture = runner.parse_args(["--model", "m", "--trees", "b", "--out", "o"]).capture_sizes
+    assert min(lengths) > max(capture)
+
+    def key(n: int) -> tuple:  # Triton's integer specialisation: == 1, % 16 == 0
+        return tuple("1" if v == 1 else "16" if v % 16 == 0 else "-" for v in (n, -(-n // 4) * 4))
+
+    startup = {key(n) for n in [*capture, 8192]}  # captured sizes and the profile run
+    new = [n for n in lengths if key(n) not in startup]
+    assert {n % 16 for n in new} == {13, 14, 15} and key(new[0]) == ("-", "16")
+    assert key(lengths[0]) in startup and key(lengths[1]) in startup  # primer, control
+    assert max(lengths) + 1 <= models.MAX_MODEL_LEN["deepseek-v4"]
+
+
+def test_deepseek_v4_dry_run(tmp_path, tok_json, capsys):
+    """serve.py on a deepseek-v4 directory: its engine arguments, environment, probe lengths
+    and --max-model-len from VSERIES_MODEL.json; a per-tensor model keeps DeepGEMM off."""
+    d = models.write_model(tmp_path / "m", "deepseek-v4", "fp8block", None, tok_json)
+    assert d.name == "deepseek-v4-fp8block-L4"
+    man = models.read_manifest(d)
+    assert man["env"]["VLLM_USE_DEEP_GEMM"] == "1" and man["max_model_len"] == 16384
+    fake_tree(tmp_path / "vllm-base", "base", [])
+    fake_tree(tmp_path / "vllm-series", "series", ["1", "2", "3"])
+    argv = ["--model", str(d), "--trees", "base", "series", "--tree-root", str(tmp_path)]
+    argv += ["--out", str(tmp_path / "out"), "--quick", "--dry-run"]
+    assert runner.main(argv) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("[server base]"))
+    assert "VLLM_USE_DEEP_GEMM=1" in line and "VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER=0" in line
+    assert "--kv-cache-dtype fp8" in line and "--max-model-len 16384" in line
+    assert line.count("--no-enable-prefix-caching") == 1 and "--quantization" not in line
+    assert "[968, 1000, 1021, 1022, 1023, 973, 1008]" in out
+    assert runner.main([*argv, "--offline-throughput"]) == 0
+    off = capsys.readouterr().out
+    assert off.count("--no-enable-prefix-caching") == off.count("bench throughput") == 4
+    assert "--kv-cache-dtype fp8" in off and "VLLM_USE_DEEP_GEMM=1" in off
+    q = models.write_model(tmp_path / "m", "qwen3-30b-a3b", "fp8static", 2, tok_json)
+    argv[1] = str(q)
+    assert runner.main(argv) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("[server base]"))
+    assert "VLLM_USE_DEEP_GEMM=0" in line and "--kv-cache-dtype" not in line
+    assert "--max-model-len 2560" in line
+
+
+@needs_tokenizers
+def test_host_script_deepseek_v4(tmp_path):
+    """host.sh MODEL=deepseek-v4: a clear early error naming what to stage when tilelang /
+    DeepGEMM / FlashMLA are missing; with them (stand-in files), FLAVOUR fp8block and
+    DeepGEMM on in the servers' environment."""
+    root, site = tmp_path / "root", tmp_path / "site"
+    for name, patches in (("base", []), ("series", ["1", "2", "3"])):
+        (root / f"vllm-{name}" / "vllm").mkdir(parents=True)
+        (root / f"vllm-{name}" / "vllm" / "VSERIES_TREE.json").write_text(
+            json.dumps({"name": name, "head": "cd" * 20, "patches": patches})
+        )
+    env = {
+        **os.environ,
+        "TREE_ROOT": str(root),
+        "STAGE_DIR": str(tmp_path / "stage"),
+        "E2E_DIR": str(tmp_path / "e2e"),
+        "SITE": str(site),
+        "PYTHON": sys.executable,
+        "MODEL": "deepseek-v4",
+        "EXTRA": "--dry-run",
+        "LIMIT": "300",
+    }
+
+    def host(**kw):
+        return subprocess.run(
+            ["bash", "benchmarks/e2e/host.sh", str(tmp_path / "r")],
+            cwd=ROOT,
+            env={**env, **kw},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    p = host()
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "MODEL=deepseek-v4 needs what is not staged" in p.stdout
+    for what in ("tilelang in", "z3-solver", "apache-tvm-ffi 0.1.9", "DeepGEMM in", "FlashMLA in"):
+        assert what in p.stdout, what
+    assert "--attention --deepgemm" in p.stdout and "host-wheels-dsv4.txt" in p.stdout
+    assert "=== e2e" not in p.stdout  # nothing started
+    # the wheel list it names exists and pins what the report found necessary
+    wl = (ROOT / "benchmarks/h200/host-wheels-dsv4.txt").read_text().split()
+    assert {"tilelang==0.1.9", "z3-solver==4.15.4.0", "apache-tvm-ffi==0.1.9"} <= set(wl)
+    # stand-ins for the staged packages and kernels
+    for d in ("tilelang", "z3", "ml_dtypes", "apache_tvm_ffi-0.1.9.dist-info"):
+        (site / d).mkdir(parents=True)
+    (site / "ml_dtypes" / "__init__.py").write_text("")
+    for t in ("base", "series"):
+        v = root / f"vllm-{t}" / "vllm"
+        (v / "third_party" / "deep_gemm").mkdir(parents=True)
+        (v / "third_party" / "deep_gemm" / "_C.cpython-312-x86_64-linux-gnu.so").write_text("")
+        (v / "_flashmla_C.abi3.so").write_text("")
+    p = host()
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "=== e2e: deepseek-v4 fp8block default depth, trees base series" in p.stdout
+    lines = [x for x in p.stdout.splitlines() if x.startswith("[server ")]
+    assert lines and all("VLLM_USE_DEEP_GEMM=1" in x for x in lines)
+    assert all("--kv-cache-dtype fp8" in x and "deepseek-v4-fp8block-L4" in x for x in lines)
+    # a per-tensor flavour is refused with the reason
+    p = host(FLAVOUR="fp8static")
+    assert p.returncode == 1 and "not valid for deepseek-v4" in p.stdout, p.stdout
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_vllm_reads_the_deepseek_v4_config(tmp_path, tok_json):
+    """vLLM v0.21.0's own CLI parser and config code on the deepseek-v4 directory and the
+    server command the runner builds: DeepseekV4ForCausalLM, block FP8 as deepseek_v4_fp8,
+    MLA with head size 512, fp8 KV cache, no prefix caching, --max-model-len 16384, the
+    deepseek_v4 tokenizer mode around the local tokenizer, and every field its model code
+    reads (deepseek_v4.py, deepseek_v4_attention.py) present."""
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.entrypoints.openai.cli_args import make_arg_parser
+    from vllm.model_executor.layers.quantization import get_quantization_config
+    from vllm.tokenizers import get_tokenizer
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    d = models.write_model(tmp_path, "deepseek-v4", "fp8block", None, tok_json)
+    a = runner.parse_args(
+        ["--model", str(d), "--trees", "base", "series", "--out", str(tmp_path / "o")]
+        + ["--quick", "--dry-run"]
+    )
+    cmd = runner.Ctx(a).server_cmd(8100)
+    args = make_arg_parser(FlexibleArgumentParser()).parse_args(cmd[4:])
+    assert args.kv_cache_dtype == "fp8" and args.enable_prefix_caching is False
+    args.model = args.model_tag
+    mc = EngineArgs.from_cli_args(args).create_model_config()
+    assert mc.architectures == ["DeepseekV4ForCausalLM"]
+    assert mc.quantization == "deepseek_v4_fp8" and mc.max_model_len == 16384
+    assert mc.use_mla and mc.get_head_size() == 512 and mc.tokenizer_mode == "deepseek_v4"
+    hf = mc.hf_config
+    assert hf.quantization_config["scale_fmt"] == "ue8m0" and hf.expert_dtype == "fp8"
+    assert len(hf.compress_ratios) >= hf.num_hidden_layers == 4
+    read = [
+        "num_attention_heads",
+        "q_lora_rank",
+        "o_lora_rank",
+        "head_dim",
+        "qk_rope_head_dim",
+        "o_groups",
+        "sliding_window",
+        "rms_norm_eps",
+        "max_position_embeddings",
+        "rope_theta",
+        "compress_rope_theta",
+        "index_topk",
+        "index_n_heads",
+        "index_head_dim",
+        "routed_scaling_factor",
+        "hidden_size",
+        "n_routed_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "swiglu_limit",
+        "norm_topk_prob",
+        "scoring_func",
+        "num_hash_layers",
+        "topk_method",
+        "n_shared_experts",
+        "hidden_act",
+        "vocab_size",
+        "hc_mult",
+        "hc_sinkhorn_iters",
+        "hc_eps",
+    ]
+    assert [k for k in read if getattr(hf, k, None) is None] == []
+    rope = hf.rope_parameters
+    assert rope["rope_type"] == "yarn" and rope["factor"] == 16
+    qc = get_quantization_config("deepseek_v4_fp8").from_config(hf.quantization_config)
+    assert qc.weight_block_size == [128, 128] and qc.is_checkpoint_fp8_serialized
+    tok = get_tokenizer(str(d), tokenizer_mode=mc.tokenizer_mode)
+    text = "bakiro tosu, 1234!"
+    assert tok.decode(tok.encode(text, add_special_tokens=False)) == text
 
 
 @pytest.mark.slow
