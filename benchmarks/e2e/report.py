@@ -15,6 +15,7 @@ Writes OUT (Markdown) and OUT with .png (ratio with min-max bars, one panel per 
 """
 
 import argparse
+import math
 import statistics
 import sys
 from collections import defaultdict
@@ -47,7 +48,11 @@ RULE = (
     "'=' (within noise). Ratios > 1 mean the tree is better (throughput: tree / reference; "
     "latency: reference / tree); the ratio shown is the median of per-pair ratios, pairs being "
     "the runs of the two trees in the same session, process and repetition (back to back), "
-    "with the min-max of those ratios."
+    "with the min-max of those ratios. Where the ranges overlap, the paired runs are also "
+    "counted: 'paired' gives how many pairs the tree won and lost, with the exact two-sided "
+    "sign test's p; a difference is then called only at p < 0.05 ('better (sign test)' / "
+    "'worse (sign test)'), which takes at least 6 pairs all one way: 5 of 5 (p = 0.0625) is "
+    "shown, not called."
 )
 
 
@@ -83,8 +88,19 @@ def collect(recs: list[dict], kind: str, metrics) -> dict:
     return out
 
 
+def sign_test_p(wins: int, losses: int) -> float:
+    """Exact two-sided sign test: the probability, with no difference (each pair won with
+    probability 1/2; ties left out), of a split at least as uneven as wins : losses."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(wins, losses) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
 def compare(ref: list, tree: list, higher: bool) -> dict:
-    """Ratios (> 1: tree better) and the non-overlap verdict of one metric."""
+    """Ratios (> 1: tree better), the paired wins and losses, and the verdict of one metric:
+    the non-overlap rule, else the sign test over the paired runs (see RULE)."""
     rv, tv = [x[0] for x in ref], [x[0] for x in tree]
     ref_by_pair = {p: v for v, p, _ in ref}
     ratios = []
@@ -99,13 +115,25 @@ def compare(ref: list, tree: list, higher: bool) -> dict:
     else:
         ratios_m = _stats(ratios) if ratios else (None, None, None)
         paired = True
+    wins, losses = sum(r > 1 for r in ratios), sum(r < 1 for r in ratios)
+    p = sign_test_p(wins, losses)
     verdict = "="
     if rv and tv:
         if min(tv) > max(rv):
             verdict = "better" if higher else "worse"
         elif max(tv) < min(rv):
             verdict = "worse" if higher else "better"
-    return {"ratio": ratios_m, "paired": paired, "n_pairs": len(ratios), "verdict": verdict}
+        elif p < 0.05:
+            verdict = "better (sign test)" if wins > losses else "worse (sign test)"
+    return {
+        "ratio": ratios_m,
+        "paired": paired,
+        "n_pairs": len(ratios),
+        "wins": wins,
+        "losses": losses,
+        "sign_p": p,
+        "verdict": verdict,
+    }
 
 
 def metric_table(groups: dict, metrics, ref: str, trees: list[str]) -> tuple[str, list]:
@@ -114,7 +142,12 @@ def metric_table(groups: dict, metrics, ref: str, trees: list[str]) -> tuple[str
     others = [t for t in trees if t != ref]
     head = ["model", "workload", "conc", "metric", f"{ref} median (min-max) n"]
     for t in others:
-        head += [f"{t} median (min-max) n", f"{t}/{ref} ratio (min-max)", "verdict"]
+        head += [
+            f"{t} median (min-max) n",
+            f"{t}/{ref} ratio (min-max)",
+            "paired: won/lost, p",
+            "verdict",
+        ]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     points = []
     order = [f for f, _, _ in metrics]
@@ -127,7 +160,7 @@ def metric_table(groups: dict, metrics, ref: str, trees: list[str]) -> tuple[str
         for t in others:
             tv = by_tree.get(t, [])
             if not tv or not refv:
-                cells += [_cell(tv), "-", "-"]
+                cells += [_cell(tv), "-", "-", "-"]
                 continue
             cmp = compare(refv, tv, hi)
             m, lo, hi_ = cmp["ratio"]
@@ -135,6 +168,7 @@ def metric_table(groups: dict, metrics, ref: str, trees: list[str]) -> tuple[str
             cells += [
                 _cell(tv),
                 f"{_fmt(m, 3)} ({_fmt(lo, 3)}-{_fmt(hi_, 3)}){star}",
+                f"{cmp['wins']}/{cmp['losses']}, p={cmp['sign_p']:.3g}" if cmp["n_pairs"] else "-",
                 cmp["verdict"],
             ]
             if m is not None:

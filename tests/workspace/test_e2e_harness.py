@@ -869,9 +869,11 @@ def test_report_from_synthetic_results(tmp_path):
     row = next(line for line in text.splitlines() if "| decode | 4 | output tok/s |" in line)
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[4] == "1010 (1000-1021) n=6/2p"
-    assert cells[6].startswith("1.099 (1.") and cells[7] == "better"
+    assert cells[6].startswith("1.099 (1.") and cells[8] == "better"
+    assert cells[7].endswith(", p=0.0312") or cells[7].startswith("6/0")
     ttft = next(line for line in text.splitlines() if "| prefill | 16 | TTFT p50 ms |" in line)
-    assert ttft.rstrip(" |").endswith("=")  # overlapping ranges: no difference called
+    # overlapping ranges, but 1 ms better in all 6 back-to-back pairs: the sign test calls it
+    assert ttft.rstrip(" |").endswith("| 6/0, p=0.0312 | better (sign test)")
     assert "_fused_inv_rope_fp8_quant_per_head: 2 [129] (223 ms)" in text
     assert (
         "| qwen3-30b-a3b-fp8static-L48 | series | 2 | 0.00 (0.00-0.00) |" in text
@@ -894,6 +896,26 @@ def test_compare_rule_and_orientation():
     assert lat["verdict"] == "worse" and lat["ratio"][0] < 1
     unpaired = report.compare(ref, [(10.5, ("t", 0, 0), "c")], higher=True)
     assert not unpaired["paired"] and unpaired["verdict"] == "="
+
+
+def test_sign_test_over_paired_runs():
+    """Overlapping ranges, but every pair one way: 5 of 5 is shown (p = 0.0625), not called;
+    6 of 6 (p = 0.03125) is called; a 4:2 split is not."""
+    assert report.sign_test_p(5, 0) == pytest.approx(0.0625)
+    assert report.sign_test_p(0, 6) == pytest.approx(0.03125)
+    assert report.sign_test_p(3, 3) == 1.0 and report.sign_test_p(0, 0) == 1.0
+
+    def runs(vals):
+        return [(v, ("s", 0, i), "x") for i, v in enumerate(vals)]
+
+    ref = [70.0, 72.0, 69.0, 90.0, 71.0, 88.0]
+    slower = [v * 1.1 for v in ref]  # latencies: every pair worse, ranges overlap
+    five = report.compare(runs(ref[:5]), runs(slower[:5]), higher=False)
+    assert (five["wins"], five["losses"]) == (0, 5) and five["verdict"] == "="
+    six = report.compare(runs(ref), runs(slower), higher=False)
+    assert six["verdict"] == "worse (sign test)"
+    mixed = report.compare(runs(ref), runs(slower[:4] + [60.0, 70.0]), higher=False)
+    assert (mixed["wins"], mixed["losses"]) == (2, 4) and mixed["verdict"] == "="
 
 
 # ----------------------------------------------------------------------------- runner
