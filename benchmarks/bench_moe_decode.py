@@ -18,6 +18,11 @@ it runs in (``--variant`` names it). Variants per row:
   then the decode kernels on FP8 input, against the in-kernel dynamic scale (how far
   reading every token in every program pays).
 
+Where the time goes (M in ``--breakdown-batches``, default 1): each row also gets
+``kernels_us``, the device time per call of each kernel, the span from the first kernel's
+start to the last one's end and the gaps between them, from profiled replays of the same
+graph (``harness.kernel_times``).
+
 Method (``benchmarks/harness.py``): every row under CUDA-graph replay with 8 routings cycled
 inside the graph (no expert stays in L2), median and range of 30 replays, bytes from the
 distinct experts each routing touches, read bandwidth measured in the same run. Numerics of
@@ -125,6 +130,10 @@ def sweep_configs(base: dict) -> dict[str, dict]:
     if "PDL" in base:  # trees whose kernels have the option (off by default until measured)
         out["pdl"] = dict(base, PDL=1 - base["PDL"])
         out["pdl_stages3"] = dict(base, PDL=1 - base["PDL"], num_stages=3)
+    if "PREFETCH_W2" in base:  # the w13 kernel prefetches w2 into L2 (before / after GEMM1)
+        out["pf_first"] = dict(base, PREFETCH_W2=1)
+        out["pf_last"] = dict(base, PREFETCH_W2=2)
+        out["pdl_pf_last"] = dict(base, PDL=1, PREFETCH_W2=2)
     return out
 
 
@@ -211,14 +220,24 @@ class Case:
         return run
 
 
-def measure(case: Case, sweep: tuple[int, ...], bw: float, num_sms: int, kernels: dict) -> list:
-    """Every variant of one case: rows with time, range, bytes and roofline."""
+def measure(
+    case: Case,
+    sweep: tuple[int, ...],
+    bw: float,
+    num_sms: int,
+    kernels: dict,
+    breakdown: tuple[int, ...] = (),
+) -> list:
+    """Every variant of one case: rows with time, range, bytes and roofline, and at the
+    batches in ``breakdown`` the time per kernel (``kernels_us``, ``harness.kernel_times``)."""
     fd = decode_module()
     rows = []
     n = len(case.routings)
 
     def add(variant, calls, **extra):
         t = harness.time_graph(calls)
+        if case.m in breakdown:
+            extra = dict(extra, kernels_us=harness.kernel_times(calls))
         row = harness.Row(
             "moe-decode", case.shape, f"fp8_per_tensor_{case.scale}", case.m, variant,
             round(t.us, 2), round(t.us_min, 2), round(t.us_max, 2), int(case.nbytes),
@@ -279,6 +298,10 @@ def main() -> int:
         "--sweep-batches", nargs="*", type=int, default=list(SWEEP_BATCHES),
         help="batches with the cfg:/prequant variants (each must also be in --batches)",
     )  # fmt: skip
+    ap.add_argument(
+        "--breakdown-batches", nargs="*", type=int, default=[1],
+        help="batches whose rows also get the time per kernel from a profiled replay",
+    )  # fmt: skip
     args = ap.parse_args()
     sweep = () if args.no_sweep else tuple(args.sweep_batches)
 
@@ -296,7 +319,7 @@ def main() -> int:
         for scale in args.scales:
             for m in args.batches:
                 case = Case(shape, scale, m, topk, h, i, layer, seed=1000 * si + m)
-                rows += measure(case, sweep, bw, num_sms, kernels)
+                rows += measure(case, sweep, bw, num_sms, kernels, tuple(args.breakdown_batches))
                 harness.write(args.out, dict(head, kernels_per_call_m1=kernels), rows)
     harness.write(args.out, dict(head, kernels_per_call_m1=kernels), rows)
     print("kernels per call at M=1:", kernels, flush=True)

@@ -77,13 +77,9 @@ class Timing:
     reps: int
 
 
-def time_graph(calls: Sequence[Callable[[], Any]], reps: int = 30, warmup: int = 3) -> Timing:
-    """Time one call under CUDA-graph replay, cycling ``calls`` inside the graph.
-
-    ``calls`` are the same operation on different inputs (e.g. different routings); each
-    runs once eagerly first (JIT compiles, caches), then all are captured in order into one
-    graph. Each replay is timed with CUDA events; per-call time = replay time / len(calls).
-    """
+def capture_graph(calls: Sequence[Callable[[], Any]]) -> Any:
+    """One CUDA graph of ``calls`` in order, each run once eagerly first (JIT compiles,
+    caches) and once more on the capture stream (its allocator pool)."""
     import torch
 
     for fn in calls:
@@ -100,6 +96,53 @@ def time_graph(calls: Sequence[Callable[[], Any]], reps: int = 30, warmup: int =
             for fn in calls:
                 fn()
     torch.cuda.synchronize()
+    return graph
+
+
+def kernel_times(calls: Sequence[Callable[[], Any]], reps: int = 2) -> dict[str, float]:
+    """Where one call's time goes: device time per call (us) of each CUDA kernel, by name,
+    from ``reps`` profiled replays of the graph ``time_graph`` times (``calls`` cycled),
+    the median over replays; plus ``"span"``, the first kernel's start to the last one's
+    end per call, and ``"gaps"``, span less the kernels' sum (launch gaps, tails; negative
+    where kernels overlap, e.g. under programmatic dependent launch). Profiler (CUPTI)
+    timestamps: a replay under the profiler may run slightly slower than ``time_graph``'s."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    graph = capture_graph(calls)
+    graph.replay()
+    torch.cuda.synchronize()
+    samples: dict[str, list[float]] = {}
+    for _ in range(reps):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            graph.replay()
+            torch.cuda.synchronize()
+        events = [ev for ev in prof.events() if ev.device_type.name == "CUDA"]
+        if not events:
+            continue
+        busy: dict[str, float] = {}
+        for ev in events:
+            busy[ev.name] = busy.get(ev.name, 0.0) + ev.time_range.elapsed_us()
+        span = max(ev.time_range.end for ev in events) - min(ev.time_range.start for ev in events)
+        busy = {name: t / len(calls) for name, t in busy.items()}
+        busy["span"] = span / len(calls)
+        busy["gaps"] = busy["span"] - sum(t for n, t in busy.items() if n != "span")
+        for name, t in busy.items():
+            samples.setdefault(name, []).append(t)
+    del graph
+    return {name: round(sorted(v)[len(v) // 2], 2) for name, v in samples.items()}
+
+
+def time_graph(calls: Sequence[Callable[[], Any]], reps: int = 30, warmup: int = 3) -> Timing:
+    """Time one call under CUDA-graph replay, cycling ``calls`` inside the graph.
+
+    ``calls`` are the same operation on different inputs (e.g. different routings); each
+    runs once eagerly first (JIT compiles, caches), then all are captured in order into one
+    graph. Each replay is timed with CUDA events; per-call time = replay time / len(calls).
+    """
+    import torch
+
+    graph = capture_graph(calls)
     for _ in range(warmup):
         graph.replay()
     torch.cuda.synchronize()

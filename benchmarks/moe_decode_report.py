@@ -70,6 +70,39 @@ def sweep_table(sweep: dict) -> list[str]:
     return lines
 
 
+def short(kernel: str) -> str:
+    """A kernel's name without its template and argument lists (CUPTI gives C++ names)."""
+    name = kernel.split("(")[0].split("<")[0].strip()
+    return name.rsplit("::", 1)[-1] or kernel[:40]
+
+
+def breakdown_table(trees: dict[str, dict]) -> list[str]:
+    """Rows with ``kernels_us`` (``bench_moe_decode.py --breakdown-batches``): per tree,
+    case and variant, the span per call, the gaps in it and each kernel's time."""
+    lines = [
+        "| tree | shape | act. scale | M | variant | span us | gaps us | kernels (us per call) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    n = 0
+    for tree, idx in trees.items():
+        for key in sorted(idx):
+            for variant, r in sorted(idx[key].items()):
+                k = r.get("kernels_us")
+                if not k:
+                    continue
+                parts = sorted(
+                    ((short(name), t) for name, t in k.items() if name not in ("span", "gaps")),
+                    key=lambda p: -p[1],
+                )
+                kernels = ", ".join(f"{name} {t:.1f}" for name, t in parts)
+                lines.append(
+                    f"| {tree} | {key[0]} | {key[1]} | {key[2]} | {variant} | "
+                    f"{k.get('span', 0):.1f} | {k.get('gaps', 0):.1f} | {kernels} |"
+                )
+                n += 1
+    return lines if n else []
+
+
 def plot(base: dict, series: dict, out: Path) -> None:
     import matplotlib
 
@@ -78,11 +111,16 @@ def plot(base: dict, series: dict, out: Path) -> None:
 
     shapes = sorted({k[0] for k in series})
     scales = ["static", "dynamic"]
-    fig, axes = plt.subplots(len(scales), len(shapes), figsize=(4.2 * len(shapes), 7), sharey=True)
+    fig, axes = plt.subplots(
+        len(scales), len(shapes), figsize=(4.2 * len(shapes), 7), sharey=True, squeeze=False
+    )
     for i, scale in enumerate(scales):
         for j, shape in enumerate(shapes):
             ax = axes[i][j]
             ms = sorted(k[2] for k in series if k[0] == shape and k[1] == scale)
+            if not ms:  # a run of one activation-scale kind
+                ax.set_visible(False)
+                continue
             for label, get, style in (
                 ("v0.21.0", lambda k: base[k]["default"], "o--"),
                 ("series without 0005", lambda k: series[k]["decode_off"], "s:"),
@@ -132,6 +170,18 @@ def main() -> int:
         "",
         f"![% of roofline against tokens]({out.name}.png)",
     ]
+    kernels = breakdown_table({"v0.21.0": base, "series": series})
+    if kernels:
+        lines += [
+            "",
+            "## Where the time goes",
+            "",
+            "Device time per call of each kernel, from profiled replays of the same graph "
+            "(`harness.kernel_times`); span: first kernel start to last kernel end per call; "
+            "gaps: span less the kernels' sum (negative where kernels overlap).",
+            "",
+            *kernels,
+        ]
     if args.sweep:
         _, sweep_rows = harness.load(args.sweep)
         lines += [

@@ -93,3 +93,98 @@ def test_benchmark_refuses_a_host_without_cuda(script, tmp_path):
         cwd="/",
     )
     assert p.returncode == 2, p.stderr[-2000:]
+
+
+def test_moe_decode_report_shows_where_the_time_goes(tmp_path):
+    """Rows with a per-kernel profile (bench_moe_decode.py --breakdown-batches) get the
+    "Where the time goes" table: span, gaps and each kernel's time, largest first, with
+    C++ template and argument lists cut from the names; files without them get none."""
+
+    def rows(variant_us: dict, kernels: dict | None) -> list:
+        out = []
+        for variant, us in variant_us.items():
+            extra = {"kernels_us": kernels} if kernels and variant == "default" else {}
+            out.append(
+                harness.Row(
+                    "moe-decode",
+                    "qwen3-30b-a3b",
+                    "fp8_per_tensor_static",
+                    1,
+                    variant,
+                    us,
+                    us - 1,
+                    us + 1,
+                    37756928,
+                    40.0,
+                    extra,
+                )
+            )
+        return out
+
+    head = {
+        "bench": "moe-decode",
+        "command": "bench",
+        "gpu": "NVIDIA H200",
+        "time": "t",
+        "clocks": "c",
+        "tree": {"head": "abc"},
+        "read_bandwidth_Bps": 4.38e12,
+    }
+    base_k = {
+        "void vllm::moe::topk_sum<float, 8>(float*, int)": 2.5,
+        "fused_moe_kernel": 11.25,
+        "span": 29.0,
+        "gaps": 15.25,
+    }
+    series_k = {
+        "_moe_decode_w13_kernel": 12.0,
+        "_moe_decode_w2_kernel": 6.5,
+        "span": 21.0,
+        "gaps": 2.5,
+    }
+    harness.write(tmp_path / "b.json", dict(head, variant="base"), rows({"default": 29.0}, base_k))
+    harness.write(
+        tmp_path / "s.json",
+        dict(head, variant="series"),
+        rows({"default": 21.0, "decode_off": 29.0}, series_k),
+    )
+    sys.path.insert(0, str(BENCH))
+    import moe_decode_report
+
+    argv = [
+        "moe_decode_report.py",
+        str(tmp_path / "b.json"),
+        str(tmp_path / "s.json"),
+        "--out",
+        str(tmp_path / "r"),
+    ]
+    old_argv, sys.argv = sys.argv, argv
+    try:
+        assert moe_decode_report.main() == 0
+    finally:
+        sys.argv = old_argv
+    md = (tmp_path / "r.md").read_text()
+    assert "## Where the time goes" in md
+    assert (
+        "| v0.21.0 | qwen3-30b-a3b | static | 1 | default | 29.0 | 15.2 | "
+        "fused_moe_kernel 11.2, topk_sum 2.5 |"
+    ) in md
+    assert (
+        "| series | qwen3-30b-a3b | static | 1 | default | 21.0 | 2.5 | "
+        "_moe_decode_w13_kernel 12.0, _moe_decode_w2_kernel 6.5 |"
+    ) in md
+    # the series' decode_off row has no profile: no line for it
+    assert "| series | qwen3-30b-a3b | static | 1 | decode_off |" not in md
+
+    harness.write(tmp_path / "b.json", dict(head, variant="base"), rows({"default": 29.0}, None))
+    harness.write(
+        tmp_path / "s.json",
+        dict(head, variant="series"),
+        rows({"default": 21.0, "decode_off": 29.0}, None),
+    )
+    old_argv, sys.argv = sys.argv, argv
+    try:
+        assert moe_decode_report.main() == 0
+    finally:
+        sys.argv = old_argv
+    assert "Where the time goes" not in (tmp_path / "r.md").read_text()
