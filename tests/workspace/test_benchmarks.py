@@ -3,6 +3,7 @@ result file, report.py reading new and older files alike, and every benchmark sc
 importable, with --help, and refusing a host without CUDA (exit 2)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -188,3 +189,30 @@ def test_moe_decode_report_shows_where_the_time_goes(tmp_path):
     finally:
         sys.argv = old_argv
     assert "Where the time goes" not in (tmp_path / "r.md").read_text()
+
+
+def test_warmup_enumeration_measures_the_series_walk_on_cpu(tmp_path):
+    """benchmarks/warmup_enumeration.py times patch 0004's variant walk with the installed
+    (series) vLLM on a mocked H200, writes a harness file, and renders it; the walk finds
+    the swapped decode variant and the large-batch one, so more than one variant."""
+    out = tmp_path / "w.json"
+    cmd = [sys.executable, str(BENCH / "warmup_enumeration.py"), "--variant", "series",
+           "--out", str(out), "--shapes", "qwen3-30b-a3b", "--max-tokens", "64", "1024",
+           "--reps", "2"]  # fmt: skip
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    head, rows = harness.load(out)
+    assert head["bench"] == "warmup-enumeration" and "mocked SM90 H200" in head["host"]
+    assert [r["m"] for r in rows] == [64, 1024]
+    assert all(r["us_min"] <= r["us"] <= r["us_max"] for r in rows)
+    # more batch sizes can only add variants
+    assert 1 < rows[0]["variants"] <= rows[1]["variants"]
+    rep = subprocess.run(
+        [sys.executable, str(BENCH / "warmup_enumeration.py"), "--report", str(out),
+         "--out", str(tmp_path / "r")], capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert rep.returncode == 0, rep.stderr[-2000:]
+    md = (tmp_path / "r.md").read_text()
+    assert f"| qwen3-30b-a3b | 1024 | {rows[1]['us'] / 1e6:.3f} " in md
+    assert (tmp_path / "r.png").stat().st_size > 0
