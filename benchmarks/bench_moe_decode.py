@@ -18,7 +18,8 @@ it runs in (``--variant`` names it). Variants per row:
   then the decode kernels on FP8 input, against the in-kernel dynamic scale (how far
   reading every token in every program pays).
 
-Where the time goes (M in ``--breakdown-batches``, default 1): each row also gets
+Where the time goes (M in ``--breakdown-batches``, default 1; the variants in
+``BREAKDOWN_VARIANTS``): each row also gets
 ``kernels_us``, the device time per call of each kernel, the span from the first kernel's
 start to the last one's end and the gaps between them, from profiled replays of the same
 graph (``harness.kernel_times``).
@@ -52,6 +53,11 @@ import harness  # noqa: E402
 FP8 = torch.float8_e4m3fn
 SCALES = ("static", "dynamic")
 SWEEP_BATCHES = (1, 4, 16)  # default --sweep-batches: cfg:/prequant variants (device time)
+# variants profiled per kernel at --breakdown-batches (a profiler start per row costs time)
+BREAKDOWN_VARIANTS = {
+    "default", "decode_off", "cfg:heuristic", "cfg:pdl", "cfg:pf_first", "cfg:pf_last",
+    "cfg:pdl_pf_last",
+}  # fmt: skip
 
 
 def make_layer(e: int, h: int, i: int, seed: int):
@@ -236,8 +242,8 @@ def measure(
 
     def add(variant, calls, **extra):
         t = harness.time_graph(calls)
-        if case.m in breakdown:
-            extra = dict(extra, kernels_us=harness.kernel_times(calls))
+        if case.m in breakdown and variant in BREAKDOWN_VARIANTS:
+            extra = dict(extra, kernels_us=harness.kernel_times(calls, reps=1))
         row = harness.Row(
             "moe-decode", case.shape, f"fp8_per_tensor_{case.scale}", case.m, variant,
             round(t.us, 2), round(t.us_min, 2), round(t.us_max, 2), int(case.nbytes),
