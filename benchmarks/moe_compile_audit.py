@@ -103,6 +103,7 @@ def make_layer(e: int, topk: int, h: int, i: int):
         expert_map=None,
         moe_config=moe_config,
         activation=MoEActivation.SILU,
+        apply_router_weight_on_input=False,  # part of the warm-up's layer key (patch 0004)
         layer_name="audit",
         quant_method=SimpleNamespace(apply=apply, topk_indices_dtype=None),
     )
