@@ -54,10 +54,7 @@ FP8 = torch.float8_e4m3fn
 SCALES = ("static", "dynamic")
 SWEEP_BATCHES = (1, 4, 16)  # default --sweep-batches: cfg:/prequant variants (device time)
 # variants profiled per kernel at --breakdown-batches (a profiler start per row costs time)
-BREAKDOWN_VARIANTS = {
-    "default", "decode_off", "cfg:heuristic", "cfg:pdl", "cfg:pf_first", "cfg:pf_last",
-    "cfg:pdl_pf_last",
-}  # fmt: skip
+BREAKDOWN_VARIANTS = {"default", "decode_off", "cfg:heuristic", "prequant"}
 
 
 def make_layer(e: int, h: int, i: int, seed: int):
@@ -122,8 +119,8 @@ def kernels_per_call(fn) -> int:
 
 
 def sweep_configs(base: dict) -> dict[str, dict]:
-    """The heuristic's config and neighbours (tile, K step, split-K, stages, and the
-    programmatic dependent launch of the w2 kernel flipped)."""
+    """The heuristic's config and neighbours (tile, K step, split-K, stages). The runs of
+    2026-12-01 (raw/round6/kernels-a) also had PDL and an L2 prefetch of w2 (dropped)."""
     out = {"heuristic": dict(base)}
     out["bk128"] = dict(base, BLOCK_K1=128, BLOCK_K2=128)
     out["split_x2"] = dict(base, SPLIT_K1=base["SPLIT_K1"] * 2, SPLIT_K2=base["SPLIT_K2"] * 2)
@@ -133,13 +130,6 @@ def sweep_configs(base: dict) -> dict[str, dict]:
         )
     out["stages3"] = dict(base, num_stages=3)
     out["tile128"] = dict(base, BLOCK_I=64, BLOCK_N=128)
-    if "PDL" in base:  # trees whose kernels have the option (off by default until measured)
-        out["pdl"] = dict(base, PDL=1 - base["PDL"])
-        out["pdl_stages3"] = dict(base, PDL=1 - base["PDL"], num_stages=3)
-    if "PREFETCH_W2" in base:  # the w13 kernel prefetches w2 into L2 (before / after GEMM1)
-        out["pf_first"] = dict(base, PREFETCH_W2=1)
-        out["pf_last"] = dict(base, PREFETCH_W2=2)
-        out["pdl_pf_last"] = dict(base, PDL=1, PREFETCH_W2=2)
     return out
 
 

@@ -14,6 +14,7 @@ tokens). ``--sweep FILE`` adds the cfg:/prequant variants of an earlier run of t
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -148,6 +149,7 @@ def main() -> int:
     ap.add_argument("series")
     ap.add_argument("--sweep", help="an earlier series result with cfg:/prequant variants")
     ap.add_argument("--out", required=True, help="output path without suffix")
+    ap.add_argument("--note", action="append", default=[], help="a line under the header")
     args = ap.parse_args()
     bh, brows = harness.load(args.base)
     sh, srows = harness.load(args.series)
@@ -156,7 +158,7 @@ def main() -> int:
     lines = [
         "# FP8 MoE decode: the whole layer against the HBM read roofline (patch 0005)",
         "",
-        f"Made by `python benchmarks/moe_decode_report.py {' '.join(sys.argv[1:])}`.",
+        f"Made by `python benchmarks/moe_decode_report.py {shlex.join(sys.argv[1:])}`.",
         "",
         f"- base: `{bh['command']}` ({bh['time']}, {bh['gpu']}, clocks {bh['clocks']})",
         f"- series: `{sh['command']}` ({sh['time']}, tree "
@@ -165,6 +167,7 @@ def main() -> int:
         f"{sh['read_bandwidth_Bps'] / 1e12:.2f} TB/s",
         f"- kernels per call at one token (profiled graph replay): base "
         f"{bh.get('kernels_per_call_m1')}, series {sh.get('kernels_per_call_m1')}",
+        *(f"- {note}" for note in args.note),
         "",
         *table(base, series),
         "",
@@ -190,7 +193,7 @@ def main() -> int:
             "",
             "Time in us of the decode kernels with the heuristic's config and its neighbours, "
             "and of `prequant` (vLLM's dynamic quantisation kernel, then the decode kernels); "
-            "`default` there is the path as it stood in that run (decode path up to 16 tokens).",
+            "`default` there is the path as it stood in that run (its header names the tree).",
             "",
             *sweep_table(index(sweep_rows)),
         ]
