@@ -31,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
+import moe_layer  # noqa: E402
 
 FP8 = torch.float8_e4m3fn
 # vLLM's default cudagraph_capture_sizes up to 512 (1, 2, 4, then steps of 8).
@@ -44,32 +45,14 @@ def make_layer(e: int, topk: int, h: int, i: int):
     from vllm.model_executor.layers.fused_moe.all2all_utils import (
         maybe_make_prepare_finalize,
     )
-    from vllm.model_executor.layers.fused_moe.config import (
-        FusedMoEConfig,
-        FusedMoEParallelConfig,
-        RoutingMethodType,
-        fp8_w8a8_moe_quant_config,
-    )
+    from vllm.model_executor.layers.fused_moe.config import fp8_w8a8_moe_quant_config
     from vllm.model_executor.layers.fused_moe.experts.triton_moe import TritonExperts
     from vllm.model_executor.layers.fused_moe.modular_kernel import FusedMoEKernel
     from vllm.v1.worker.workspace import init_workspace_manager
 
     init_workspace_manager(torch.device("cuda"))  # as the worker does at start-up
 
-    moe_config = FusedMoEConfig(
-        num_experts=e,
-        experts_per_token=topk,
-        hidden_dim=h,
-        intermediate_size_per_partition=i,
-        num_local_experts=e,
-        num_logical_experts=e,
-        moe_parallel_config=FusedMoEParallelConfig.make_no_parallel(),
-        activation=MoEActivation.SILU,
-        in_dtype=torch.bfloat16,
-        device="cuda",
-        routing_method=RoutingMethodType.TopK,
-        max_num_tokens=8192,
-    )
+    moe_config = moe_layer.fused_moe_config(e, topk, h, i)
     w13 = (torch.randn(e, 2 * i, h, device="cuda") / 16).to(FP8)
     w2 = (torch.randn(e, h, i, device="cuda") / 16).to(FP8)
     ones = torch.ones(e, device="cuda")
@@ -95,15 +78,11 @@ def make_layer(e: int, topk: int, h: int, i: int):
             apply_router_weight_on_input=False,
         )
 
-    layer = SimpleNamespace(
-        w13_weight=w13,
-        w2_weight=w2,
-        top_k=topk,
-        global_num_experts=e,
-        expert_map=None,
-        moe_config=moe_config,
-        activation=MoEActivation.SILU,
-        apply_router_weight_on_input=False,  # part of the warm-up's layer key (patch 0004)
+    layer = moe_layer.stand_in(
+        w13,
+        w2,
+        topk,
+        moe_config,
         layer_name="audit",
         quant_method=SimpleNamespace(apply=apply, topk_indices_dtype=None),
     )

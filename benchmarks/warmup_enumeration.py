@@ -28,73 +28,31 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
+import moe_layer  # noqa: E402
 
 MAX_TOKENS = (8192, 16384, 40960, 131072)
-
-
-def mock_h200():
-    """vLLM's platform as an SM90 H200 (what the config lookup and the SWAP_AB rule read)."""
-    from vllm.platforms.interface import DeviceCapability, Platform, PlatformEnum
-
-    class MockH200(Platform):
-        _enum = PlatformEnum.CUDA
-        device_name = device_type = "cuda"
-
-        @classmethod
-        def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:
-            return DeviceCapability(9, 0)
-
-        @classmethod
-        def get_device_name(cls, device_id: int = 0) -> str:
-            return "NVIDIA H200"
-
-    return MockH200()
 
 
 def layer(e: int, topk: int, hidden: int, inter: int):
     """What the warm-up reads of a FusedMoE layer (weights on the meta device) and its
     TritonExperts, per-tensor FP8 weights and dynamic per-tensor activation scales."""
     import torch
-    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
-    from vllm.model_executor.layers.fused_moe.config import (
-        FusedMoEConfig,
-        FusedMoEParallelConfig,
-        RoutingMethodType,
-        fp8_w8a8_moe_quant_config,
-    )
+    from vllm.model_executor.layers.fused_moe.config import fp8_w8a8_moe_quant_config
     from vllm.model_executor.layers.fused_moe.experts.triton_moe import TritonExperts
 
     fp8 = torch.float8_e4m3fn
-    moe_config = FusedMoEConfig(
-        num_experts=e,
-        experts_per_token=topk,
-        hidden_dim=hidden,
-        intermediate_size_per_partition=inter,
-        num_local_experts=e,
-        num_logical_experts=e,
-        moe_parallel_config=FusedMoEParallelConfig.make_no_parallel(),
-        activation=MoEActivation.SILU,
-        in_dtype=torch.bfloat16,
-        device="cuda",
-        routing_method=RoutingMethodType.TopK,
-        max_num_tokens=512,
-    )
+    moe_config = moe_layer.fused_moe_config(e, topk, hidden, inter, max_num_tokens=512)
     quant = fp8_w8a8_moe_quant_config(
         w1_scale=torch.ones(e), w2_scale=torch.ones(e), a1_scale=None, a2_scale=None
     )
-    fake = SimpleNamespace(
-        w13_weight=torch.empty(e, 2 * inter, hidden, dtype=fp8, device="meta"),
-        w2_weight=torch.empty(e, hidden, inter, dtype=fp8, device="meta"),
-        top_k=topk,
-        global_num_experts=e,
-        expert_map=None,
-        moe_config=moe_config,
-        activation=MoEActivation.SILU,
-        apply_router_weight_on_input=False,
+    fake = moe_layer.stand_in(
+        torch.empty(e, 2 * inter, hidden, dtype=fp8, device="meta"),
+        torch.empty(e, hidden, inter, dtype=fp8, device="meta"),
+        topk,
+        moe_config,
     )
     return fake, TritonExperts(moe_config, quant)
 
@@ -164,7 +122,7 @@ def main() -> int:
         return 2
     import vllm.model_executor.layers.fused_moe.fused_moe as fm
 
-    fm.current_platform = mock_h200()
+    fm.current_platform = moe_layer.mock_h200()
     rows = []
     for shape in args.shapes:
         fake, experts = layer(*harness.MOE_SHAPES[shape])

@@ -1,0 +1,78 @@
+"""Stand-ins of a vLLM MoE layer for the benchmarks that need one without a model.
+
+``fused_moe_config``: vLLM's ``FusedMoEConfig`` of one unsharded layer (no data or expert
+parallelism), bf16 activations, SiLU-and-mul. ``stand_in``: what vLLM's start-up warm-up
+(patch 0004, ``vllm.model_executor.warmup.fused_moe_warmup``) reads of a ``FusedMoE`` layer.
+``mock_h200``: vLLM's platform as an SM90 H200, for host-side code (config lookup, the
+SWAP_AB rule) on a machine without one. vLLM is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+
+def fused_moe_config(e: int, topk: int, hidden: int, inter: int, max_num_tokens: int = 8192):
+    """``FusedMoEConfig`` of a layer of ``e`` experts, top-``topk``, hidden size ``hidden``,
+    intermediate size ``inter`` (one rank holds every expert)."""
+    import torch
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.config import (
+        FusedMoEConfig,
+        FusedMoEParallelConfig,
+        RoutingMethodType,
+    )
+
+    return FusedMoEConfig(
+        num_experts=e,
+        experts_per_token=topk,
+        hidden_dim=hidden,
+        intermediate_size_per_partition=inter,
+        num_local_experts=e,
+        num_logical_experts=e,
+        moe_parallel_config=FusedMoEParallelConfig.make_no_parallel(),
+        activation=MoEActivation.SILU,
+        in_dtype=torch.bfloat16,
+        device="cuda",
+        routing_method=RoutingMethodType.TopK,
+        max_num_tokens=max_num_tokens,
+    )
+
+
+def stand_in(w13, w2, topk: int, moe_config, **extra: Any) -> SimpleNamespace:
+    """The attributes of a ``FusedMoE`` layer the warm-up reads: weights w13 [E, 2I, H] and
+    w2 [E, H, I], top-k, no expert map, SiLU, routing weights on the output; ``extra`` adds
+    others (``quant_method``, ``layer_name``)."""
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+
+    return SimpleNamespace(
+        w13_weight=w13,
+        w2_weight=w2,
+        top_k=topk,
+        global_num_experts=w13.size(0),
+        expert_map=None,
+        moe_config=moe_config,
+        activation=MoEActivation.SILU,
+        apply_router_weight_on_input=False,  # part of the warm-up's layer key
+        **extra,
+    )
+
+
+def mock_h200():
+    """vLLM's platform as an SM90 H200 (what the config lookup and the SWAP_AB rule read)."""
+    from vllm.platforms.interface import DeviceCapability, Platform, PlatformEnum
+
+    class MockH200(Platform):
+        _enum = PlatformEnum.CUDA
+        device_name = device_type = "cuda"
+
+        @classmethod
+        def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:
+            return DeviceCapability(9, 0)
+
+        @classmethod
+        def get_device_name(cls, device_id: int = 0) -> str:
+            return "NVIDIA H200"
+
+    return MockH200()
