@@ -50,7 +50,13 @@ def test_edited_patch_file_gets_the_force_hint_not_refresh(ws):
     apply.apply()
     entry = series.load()[-1]
     lines = entry.path.read_text().splitlines(keepends=True)
-    i = next(i for i, ln in enumerate(lines) if ln.startswith("+") and not ln.startswith("+++"))
+    # an added line of the diff (a line of the commit message may start with "+" too)
+    diff = next(i for i, ln in enumerate(lines) if ln.startswith("diff --git"))
+    i = next(
+        i
+        for i, ln in enumerate(lines)
+        if i > diff and ln.startswith("+") and not ln.startswith("+++")
+    )
     lines[i] = lines[i].rstrip("\n") + "  # edited by hand\n"  # same hunk sizes, new content
     edited = "".join(lines)
     entry.path.write_text(edited)
