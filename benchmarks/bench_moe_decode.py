@@ -100,18 +100,9 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 def kernels_per_call(fn) -> int:
     """CUDA kernels launched by one call, counted in one profiled graph replay."""
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        fn()
-        stream.synchronize()
-        with torch.cuda.graph(graph, stream=stream):
-            fn()
-    torch.cuda.synchronize()
     from torch.profiler import ProfilerActivity, profile
 
+    graph = harness.capture_graph([fn])
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         graph.replay()
         torch.cuda.synchronize()
