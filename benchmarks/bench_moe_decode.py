@@ -16,7 +16,10 @@ it runs in (``--variant`` names it). Variants per row:
   batches the dispatch rule leaves to the general path, to check the heuristic and the rule;
 - ``prequant`` (dynamic scales, M in ``--sweep-batches``): vLLM's own quantisation kernel,
   then the decode kernels on FP8 input, against the in-kernel dynamic scale (how far
-  reading every token in every program pays).
+  reading every token in every program pays);
+- ``l2_hot`` (M in ``--sweep-batches``): ``default`` with one routing repeated, so that its
+  experts' weights stay in L2: the floor of the path when HBM bandwidth is not the limit.
+  Its roofline % is not one (the bytes do not come from HBM).
 
 Where the time goes (M in ``--breakdown-batches``, default 1; the variants in
 ``BREAKDOWN_VARIANTS``): each row also gets
@@ -110,10 +113,18 @@ def kernels_per_call(fn) -> int:
 
 
 def sweep_configs(base: dict) -> dict[str, dict]:
-    """The heuristic's config and neighbours (tile, K step, split-K, stages). The runs of
-    2026-12-01 (raw/round6/kernels-a) also had PDL and an L2 prefetch of w2 (dropped)."""
+    """The heuristic's config and neighbours (tile, K step, split-K, stages), for both
+    kernels together and (``w13_*``, ``w2_*``) for one of them, so that the per-kernel times
+    of the breakdown say which kernel a change helps. The runs of 2026-12-01
+    (raw/round6/kernels-a) also had PDL and an L2 prefetch of w2 (dropped)."""
     out = {"heuristic": dict(base)}
     out["bk128"] = dict(base, BLOCK_K1=128, BLOCK_K2=128)
+    out["bk256"] = dict(base, BLOCK_K1=256, BLOCK_K2=256)
+    out["w13_bk128"] = dict(base, BLOCK_K1=128)
+    out["w2_bk128"] = dict(base, BLOCK_K2=128)
+    out["w2_bn32"] = dict(base, BLOCK_N=32)
+    out["w2_bn128"] = dict(base, BLOCK_N=128)
+    out["w2_split_x2"] = dict(base, SPLIT_K2=base["SPLIT_K2"] * 2)
     out["split_x2"] = dict(base, SPLIT_K1=base["SPLIT_K1"] * 2, SPLIT_K2=base["SPLIT_K2"] * 2)
     if base["SPLIT_K1"] > 1 or base["SPLIT_K2"] > 1:
         out["split_half"] = dict(
@@ -214,16 +225,18 @@ def measure(
     num_sms: int,
     kernels: dict,
     breakdown: tuple[int, ...] = (),
+    breakdown_all: bool = False,
 ) -> list:
     """Every variant of one case: rows with time, range, bytes and roofline, and at the
-    batches in ``breakdown`` the time per kernel (``kernels_us``, ``harness.kernel_times``)."""
+    batches in ``breakdown`` the time per kernel (``kernels_us``, ``harness.kernel_times``)
+    of the variants in ``BREAKDOWN_VARIANTS`` (all of them with ``breakdown_all``)."""
     fd = decode_module()
     rows = []
     n = len(case.routings)
 
     def add(variant, calls, **extra):
         t = harness.time_graph(calls)
-        if case.m in breakdown and variant in BREAKDOWN_VARIANTS:
+        if case.m in breakdown and (breakdown_all or variant in BREAKDOWN_VARIANTS):
             extra = dict(extra, kernels_us=harness.kernel_times(calls, reps=1))
         row = harness.Row(
             "moe-decode", case.shape, f"fp8_per_tensor_{case.scale}", case.m, variant,
@@ -270,6 +283,9 @@ def measure(
             print(f"cfg {name} failed: {exc!r}", flush=True)
     if case.scale == "dynamic":
         add("prequant", [case.prequant(k) for k in range(n)])
+    # One routing n times: its experts' weights stay in L2 after the first call, so the
+    # time is the path's floor when HBM is not the limit (launches, latency chains, tails).
+    add("l2_hot", [case.fused(0)] * n)
     return rows
 
 
@@ -289,6 +305,10 @@ def main() -> int:
         "--breakdown-batches", nargs="*", type=int, default=[1],
         help="batches whose rows also get the time per kernel from a profiled replay",
     )  # fmt: skip
+    ap.add_argument(
+        "--breakdown-all", action="store_true",
+        help="profile every variant at --breakdown-batches, not only BREAKDOWN_VARIANTS",
+    )  # fmt: skip
     args = ap.parse_args()
     sweep = () if args.no_sweep else tuple(args.sweep_batches)
 
@@ -306,7 +326,10 @@ def main() -> int:
         for scale in args.scales:
             for m in args.batches:
                 case = Case(shape, scale, m, topk, h, i, layer, seed=1000 * si + m)
-                rows += measure(case, sweep, bw, num_sms, kernels, tuple(args.breakdown_batches))
+                rows += measure(
+                    case, sweep, bw, num_sms, kernels, tuple(args.breakdown_batches),
+                    args.breakdown_all,
+                )  # fmt: skip
                 harness.write(args.out, dict(head, kernels_per_call_m1=kernels), rows)
     harness.write(args.out, dict(head, kernels_per_call_m1=kernels), rows)
     print("kernels per call at M=1:", kernels, flush=True)

@@ -53,7 +53,8 @@ def table(base: dict, series: dict) -> list[str]:
 
 
 def sweep_table(sweep: dict) -> list[str]:
-    names = sorted({v for variants in sweep.values() for v in variants if ":" in v} | {"prequant"})
+    extra = {"prequant", "l2_hot"}  # variants without a config, beside the cfg: ones
+    names = sorted({v for variants in sweep.values() for v in variants if ":" in v or v in extra})
     lines = [
         "| shape | act. scale | M | default | " + " | ".join(names) + " |",
         "|---|---|---|---|" + "---|" * len(names),
