@@ -5,6 +5,8 @@
 #   2. vLLM's tests of patches 4 and 5 on the series tree (their GPU parts)
 #   3. the GPU parts of the contracts of patches 4 and 5, series then base
 #   4. benchmarks/moe_compile_audit.py on both trees (compiles after start-up over a sweep)
+#   with ANATOMY=1, first: benchmarks/moe_decode_anatomy.py on the series tree (fixed cost
+#   and streaming rate of each decode kernel; ANATOMY_TIMEOUT seconds, default 120)
 # Trees: KTREES (default "base series"; the first is the reference, the second carries the
 # series). Each step has its own timeout; the whole phase ends within KERNELS_BUDGET seconds (default
 # 560, under the host's 10-minute limit a call). Results and logs in $OUT (one tarball).
@@ -40,6 +42,10 @@ run_at() {
 }
 run_in() { run_at "/root/vllm-$1" "$@"; }
 run_ws() { run_at "$ws" "$@"; }
+if [ "${ANATOMY:-0}" = 1 ]; then
+  run_in "$tip" "${ANATOMY_TIMEOUT:-120}" python3 "$ws/benchmarks/moe_decode_anatomy.py" \
+    --variant "$tip" --out "$R/moe_decode_anatomy-$tip.json"
+fi
 for t in "$ref" "$tip"; do
   run_in "$t" "${BENCH_TIMEOUT:-170}" python3 "$ws/benchmarks/bench_moe_decode.py" \
     --variant "$t" --out "$R/bench_moe_decode-$t.json" "${bench_args[@]}"

@@ -16,7 +16,7 @@ import harness  # noqa: E402
 import report  # noqa: E402
 
 SCRIPTS = ["bench_swap_ab.py", "bench_fp8_oracle.py", "bench_rope_nospec.py", "tune_swap_ab.py"]
-SCRIPTS += ["swap_ab_modes.py", "bench_moe_decode.py"]
+SCRIPTS += ["swap_ab_modes.py", "bench_moe_decode.py", "moe_decode_anatomy.py"]
 
 
 def result_file(path, variant: str, us: float) -> None:
@@ -216,3 +216,30 @@ def test_warmup_enumeration_measures_the_series_walk_on_cpu(tmp_path):
     md = (tmp_path / "r.md").read_text()
     assert f"| qwen3-30b-a3b | 1024 | {rows[1]['us'] / 1e6:.3f} " in md
     assert (tmp_path / "r.png").stat().st_size > 0
+
+
+def test_moe_decode_anatomy_fits_fixed_cost_and_rate():
+    """The anatomy benchmark grows one kernel's K with its grid fixed and fits
+    us = fixed + MB / rate per (shape, scale kind, kernel, routing)."""
+    import moe_decode_anatomy as anat
+
+    qwen3 = harness.MOE_SHAPES["qwen3-30b-a3b"]
+    # w13 grows the hidden size (its K), w2 the intermediate size; the other one stays
+    assert anat.sized(qwen3, "w13", 0.5) == (1024, 768)
+    assert anat.sized(qwen3, "w2", 2.0) == (2048, 1536)
+    assert anat.sized(harness.MOE_SHAPES["dsv3-tp8"], "w2", 0.25) == (7168, 128)
+    assert anat.kernel_bytes("w13", 8, 2048, 768) == 8 * 2 * 768 * 2048
+    # 4 us fixed, 2000 GB/s (0.5 us per MB), plus noise that cancels in pairs
+    pts = [(mb, 4.0 + mb / 2.0 + d) for mb in (5.0, 10.0, 20.0) for d in (0.1, -0.1)]
+    fixed, rate = anat.fit(pts)
+    assert abs(fixed - 4.0) < 1e-9 and abs(rate - 2000.0) < 1e-6
+    with pytest.raises(ValueError, match="two sizes"):
+        anat.fit([(5.0, 7.0), (5.0, 7.2)])
+    rows = [
+        dict(shape="q", dtype="fp8_per_tensor_static", kernel="w2", routing="hot",
+             bytes=int(mb * 1e6), us=1.0 + mb / 4.0)
+        for mb in (2.0, 4.0, 8.0)
+    ] + [dict(shape="q", dtype="fp8_per_tensor_static", kernel="w2", routing="hot",
+              bytes=1, us=None)]  # fmt: skip
+    (got,) = anat.fits(rows)
+    assert (got["fixed_us"], got["rate_GBps"], got["points"]) == (1.0, 4000.0, 3)
