@@ -3,14 +3,21 @@
 ``fused_moe_config``: vLLM's ``FusedMoEConfig`` of one unsharded layer (no data or expert
 parallelism), bf16 activations, SiLU-and-mul. ``stand_in``: what vLLM's start-up warm-up
 (patch 0004, ``vllm.model_executor.warmup.fused_moe_warmup``) reads of a ``FusedMoE`` layer.
-``mock_h200``: vLLM's platform as an SM90 H200, for host-side code (config lookup, the
-SWAP_AB rule) on a machine without one. vLLM is imported inside the functions.
+``mock_h200`` (from ``vseries.lab.platform``): vLLM's platform as an SM90 H200, for
+host-side code (config lookup, the SWAP_AB rule) on a machine without one. vLLM is imported
+inside the functions.
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+# vseries sits next to benchmarks/; appended, never prepended (see bench_rope_nospec.py).
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from vseries.lab.platform import mock_h200  # noqa: E402, F401  (the contract tests' stand-in)
 
 
 def fused_moe_config(e: int, topk: int, hidden: int, inter: int, max_num_tokens: int = 8192):
@@ -57,22 +64,3 @@ def stand_in(w13, w2, topk: int, moe_config, **extra: Any) -> SimpleNamespace:
         apply_router_weight_on_input=False,  # part of the warm-up's layer key
         **extra,
     )
-
-
-def mock_h200():
-    """vLLM's platform as an SM90 H200 (what the config lookup and the SWAP_AB rule read)."""
-    from vllm.platforms.interface import DeviceCapability, Platform, PlatformEnum
-
-    class MockH200(Platform):
-        _enum = PlatformEnum.CUDA
-        device_name = device_type = "cuda"
-
-        @classmethod
-        def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:
-            return DeviceCapability(9, 0)
-
-        @classmethod
-        def get_device_name(cls, device_id: int = 0) -> str:
-            return "NVIDIA H200"
-
-    return MockH200()

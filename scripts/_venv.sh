@@ -15,12 +15,15 @@ if [ -z "${VIRTUAL_ENV:-}" ]; then
   . .venv/bin/activate
 fi
 stamp="$VIRTUAL_ENV/.vseries-requirements"
-if ! cat requirements/workspace.txt pyproject.toml | cmp -s - "$stamp" 2>/dev/null; then
+# what the install depends on: the requirements, and the package's module list (a strict
+# editable install links each module file, so a module added by a pull needs a reinstall)
+wanted() { cat requirements/workspace.txt pyproject.toml; find vseries -name '*.py' | LC_ALL=C sort; }
+if ! wanted | cmp -s - "$stamp" 2>/dev/null; then
   echo "setup: installing the workspace requirements into $VIRTUAL_ENV"
   python -m pip install -q --upgrade pip
   python -m pip install -q -r requirements/workspace.txt
   # strict: link only the vseries package, not the root (whose vllm/ would shadow vLLM)
   python -m pip install -q --no-build-isolation --no-deps -e . \
     --config-settings editable_mode=strict
-  cat requirements/workspace.txt pyproject.toml > "$stamp"
+  wanted > "$stamp"
 fi

@@ -30,27 +30,11 @@ def mock_sm90(monkeypatch):
     their import-time checks see this host."""
 
     def apply():
-        import torch
         import vllm.platforms
-        from vllm.platforms.interface import DeviceCapability, Platform, PlatformEnum
 
-        class _MockH200(Platform):
-            _enum = PlatformEnum.CUDA
-            device_name = device_type = "cuda"
+        from vseries.lab.platform import mock_h200
 
-            @classmethod
-            def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:
-                return DeviceCapability(9, 0)
-
-            @classmethod
-            def get_device_name(cls, device_id: int = 0) -> str:
-                return "NVIDIA H200"
-
-            @classmethod
-            def fp8_dtype(cls) -> torch.dtype:
-                return torch.float8_e4m3fn
-
-        real, fake = vllm.platforms.current_platform, _MockH200()
+        real, fake = vllm.platforms.current_platform, mock_h200()
         monkeypatch.setattr(vllm.platforms, "_current_platform", fake, raising=False)
         for name, module in list(sys.modules.items()):
             if name.startswith("vllm") and getattr(module, "current_platform", None) is real:

@@ -3,6 +3,7 @@
 recompile (``python -m vseries.lab.recompile``): the Triton JIT audit of the DeepSeek-V4 and
 MoE paths (which kernels re-specialise on the token count), built on kernels.py (where each
 kernel lives, by release), triton_jit.py (Triton's binder, compiles and JIT cache, without a
-GPU where possible) and vllm_tree.py (import a plain vLLM tree as the one vLLM). The
+GPU where possible) and vllm_tree.py (import a plain vLLM tree as the one vLLM);
+platform.py: vLLM's platform as an SM90 H200 for host-side code on CPU-only hosts. The
 contract tests and benchmarks import them; nothing in the verbs does.
 """
