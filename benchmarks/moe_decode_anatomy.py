@@ -74,7 +74,8 @@ def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def fits(rows: list[dict]) -> list[dict]:
-    """One fit per (shape, dtype, kernel, routing) of the result rows (``harness.load``)."""
+    """One fit per (shape, dtype, kernel, routing) of result rows (``Row.as_dict`` or
+    ``harness.load``: flattened, with ``kernel`` and ``routing``)."""
     groups: dict[tuple, list[tuple[float, float]]] = {}
     for r in rows:
         if r.get("us") is None:
@@ -187,8 +188,7 @@ def main() -> int:
             for kernel in KERNELS:
                 rows += measure(fd, shape, scale, kernel, args.factors, args.reps, bw)
                 harness.write(args.out, head, rows)
-    _, loaded = harness.load(args.out)
-    head["fits"] = fits(loaded)
+    head["fits"] = fits([r.as_dict() for r in rows])
     harness.write(args.out, head, rows)
     for f in head["fits"]:
         print(f, flush=True)
