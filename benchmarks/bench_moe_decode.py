@@ -17,6 +17,9 @@ it runs in (``--variant`` names it). Variants per row:
 - ``prequant`` (dynamic scales, M in ``--sweep-batches``): vLLM's own quantisation kernel,
   then the decode kernels on FP8 input, against the in-kernel dynamic scale (how far
   reading every token in every program pays);
+- ``in_kernel`` (dynamic scales, M in ``--sweep-batches``): the decode path with the dynamic
+  scale always found in GEMM1, whatever ``_IN_KERNEL_SCALE_MAX_ELEMS`` says; with
+  ``prequant`` beside it, the two sides of that threshold at each shape and batch;
 - ``l2_hot`` (M in ``--sweep-batches``): ``default`` with one routing repeated, so that its
   experts' weights stay in L2: the floor of the path when HBM bandwidth is not the limit.
   Its roofline % is not one (the bytes do not come from HBM).
@@ -57,7 +60,7 @@ FP8 = torch.float8_e4m3fn
 SCALES = ("static", "dynamic")
 SWEEP_BATCHES = (1, 4, 16)  # default --sweep-batches: cfg:/prequant variants (device time)
 # variants profiled per kernel at --breakdown-batches (a profiler start per row costs time)
-BREAKDOWN_VARIANTS = {"default", "decode_off", "cfg:heuristic", "prequant"}
+BREAKDOWN_VARIANTS = {"default", "decode_off", "cfg:heuristic", "prequant", "in_kernel"}
 
 
 def make_layer(e: int, h: int, i: int, seed: int):
@@ -202,6 +205,24 @@ class Case:
             x, w1, w2, s1, s2, tw, ti, self.a1, self.a2, out, config=cfg
         )
 
+    def in_kernel(self, k: int):
+        """The decode path with the dynamic scale found in GEMM1 at any size (the threshold
+        ``_IN_KERNEL_SCALE_MAX_ELEMS`` lifted for this call only), on routing k."""
+        fd = decode_module()
+        w1, w2, s1, s2 = self.layer
+        x, (tw, ti) = self.xs[k], self.routings[k]
+        out = self.outs[k]
+
+        def run():
+            was = fd._IN_KERNEL_SCALE_MAX_ELEMS
+            fd._IN_KERNEL_SCALE_MAX_ELEMS = 1 << 62
+            try:
+                fd.fused_moe_fp8_decode(x, w1, w2, s1, s2, tw, ti, None, None, out)
+            finally:
+                fd._IN_KERNEL_SCALE_MAX_ELEMS = was
+
+        return run
+
     def prequant(self, k: int):
         """vLLM's dynamic per-tensor quantisation kernel, then the decode kernels."""
         from vllm import _custom_ops as ops
@@ -283,6 +304,7 @@ def measure(
             print(f"cfg {name} failed: {exc!r}", flush=True)
     if case.scale == "dynamic":
         add("prequant", [case.prequant(k) for k in range(n)])
+        add("in_kernel", [case.in_kernel(k) for k in range(n)])
     # One routing n times: its experts' weights stay in L2 after the first call, so the
     # time is the path's floor when HBM is not the limit (launches, latency chains, tails).
     add("l2_hot", [case.fused(0)] * n)

@@ -53,7 +53,7 @@ def table(base: dict, series: dict) -> list[str]:
 
 
 def sweep_table(sweep: dict) -> list[str]:
-    extra = {"prequant", "l2_hot"}  # variants without a config, beside the cfg: ones
+    extra = {"prequant", "in_kernel", "l2_hot"}  # variants without a config, beside cfg: ones
     names = sorted({v for variants in sweep.values() for v in variants if ":" in v or v in extra})
     lines = [
         "| shape | act. scale | M | default | " + " | ".join(names) + " |",
@@ -193,7 +193,8 @@ def main() -> int:
             f"## Tiles, split-K, stages and the dynamic scale (`{args.sweep}`)",
             "",
             "Time in us of the decode kernels with the heuristic's config and its neighbours, "
-            "and of `prequant` (vLLM's dynamic quantisation kernel, then the decode kernels); "
+            "and of `prequant` (vLLM's dynamic quantisation kernel, then the decode kernels) "
+            "and `in_kernel` (the dynamic scale found in GEMM1 at any size); "
             "`default` there is the path as it stood in that run (its header names the tree).",
             "",
             *sweep_table(index(sweep_rows)),

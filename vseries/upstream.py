@@ -4,9 +4,12 @@ Standard library only, so it also runs on a GPU host that has no package index (
 recipe in CONTRIBUTING.md). Each selection of ``tests/upstream.toml`` runs with pytest from
 inside each tree (vLLM's tests/ package and conftest resolve there) with a JUnit XML report;
 the outcomes are compared test by test. A test that passes on the base and not with the patch
-is a regression.
+is a regression. ``--jobs N`` spreads each run over N pytest-xdist workers (the H200 host has
+pytest-xdist; kernel tests are bound by Triton's compiles, which use one core each), unless a
+selection says ``jobs = 1``. The report is rewritten after every selection, so a run cut by a
+host's time limit still leaves what it finished.
 
-    python3 -m vseries.upstream --base DIR --patched DIR [--only NAME] [--out report.md]
+    python3 -m vseries.upstream --base DIR --patched DIR [--only NAME] [--jobs N] [--out report.md]
 """
 
 import argparse
@@ -27,18 +30,22 @@ def load_selections(path: Path) -> list[dict]:
 
 
 def run_selection(
-    tree: Path, sel: dict, xml: Path, pythonpath: str
+    tree: Path, sel: dict, xml: Path, pythonpath: str, jobs: int = 1
 ) -> tuple[dict[str, str], int, float]:
     """Run one selection in one tree (its output shown as it runs), its JUnit report in xml.
 
     A selection's ``timeout`` (s) bounds it; a run that hits it gives exit code 124 and none
-    of the outcomes its report never got (so its tests count as absent, not passed).
+    of the outcomes its report never got (so its tests count as absent, not passed). ``jobs``
+    > 1: that many pytest-xdist workers (a selection's own ``jobs`` wins).
 
     Returns:
         ({test id ``classname::name``: passed / failed / error / skipped}, pytest exit code,
         wall time in s).
     """
     args = [sel["path"]] + (["-k", sel["k"]] if sel.get("k") else [])
+    n = int(sel.get("jobs", jobs))
+    if n > 1:
+        args += ["-n", str(n)]
     # the tree and the extra folders only: nothing of the caller's PYTHONPATH
     env = {"PYTHONPATH": os.pathsep.join(p for p in (str(tree), pythonpath) if p)}
     t = time.monotonic()
@@ -52,24 +59,47 @@ def count(res: dict[str, str]) -> str:
     return ", ".join(f"{v} {k}" for k, v in c.items() if v) or "none"
 
 
+def report(lines: list[str], problems: list[str], pending: list[str]) -> str:
+    """The Markdown report: the table, the regressions, and the selections not yet run."""
+    out = lines + [""]
+    out += (
+        ["Regressions:"] + [f"- {p}" for p in problems]
+        if problems
+        else ["No regression: every test that passes on the base passes patched."]
+    )
+    if pending:
+        out += ["", "Not run (the run stopped first):"] + [f"- {p}" for p in pending]
+    return "\n".join(out) + "\n"
+
+
 def compare(
-    base: Path | None, patched: Path, sels: list[dict], work: Path, pythonpath: str = ""
+    base: Path | None,
+    patched: Path,
+    sels: list[dict],
+    work: Path,
+    pythonpath: str = "",
+    jobs: int = 1,
+    out: Path | None = None,
 ) -> tuple[str, bool]:
     """Run every selection on both trees; returns (Markdown report, True when no regression).
 
     A regression: a test that passed on the base and fails/errors patched; a patched_only test
     that fails; or a selection that collected nothing (pytest exit 5) on the patched tree.
+    ``out``: the report is written there after each selection (the rest listed as not run).
     """
     work.mkdir(parents=True, exist_ok=True)
     lines = ["| selection | base | patched | time base / patched (s) |", "|---|---|---|---|"]
     problems = []
+    names = [f"`{s['path']}`" + (f" -k `{s['k']}`" if s.get("k") else "") for s in sels]
+    if out:
+        out.write_text(report(lines, problems, names))
     for i, sel in enumerate(sels):
-        name = f"`{sel['path']}`" + (f" -k `{sel['k']}`" if sel.get("k") else "")
-        pres, pres_code, pt = run_selection(patched, sel, work / f"p{i}.xml", pythonpath)
+        name = names[i]
+        pres, pres_code, pt = run_selection(patched, sel, work / f"p{i}.xml", pythonpath, jobs)
         if sel.get("patched_only") or base is None:
             bres, bt, btxt = {}, 0.0, "(added by the patch)" if sel.get("patched_only") else "-"
         else:
-            bres, _, bt = run_selection(base, sel, work / f"b{i}.xml", pythonpath)
+            bres, _, bt = run_selection(base, sel, work / f"b{i}.xml", pythonpath, jobs)
             btxt = count(bres)
         lines.append(f"| {name} | {btxt} | {count(pres)} | {bt:.0f} / {pt:.0f} |")
         print("upstream:", lines[-1], flush=True)  # seen even if a host limit cuts the run
@@ -77,17 +107,13 @@ def compare(
             problems.append(f"{name}: timed out after {sel['timeout']} s on the patched tree")
         elif pres_code == 5 or not pres:
             problems.append(f"{name}: collected no test on the patched tree")
-        for tid, out in pres.items():
-            if out in ("failed", "error") and bres.get(tid, "passed") == "passed":
+        for tid, res in pres.items():
+            if res in ("failed", "error") and bres.get(tid, "passed") == "passed":
                 was = bres.get(tid, "absent")
-                problems.append(f"{tid}: {out} patched, {was} on base")
-    lines.append("")
-    lines += (
-        ["Regressions:"] + [f"- {p}" for p in problems]
-        if problems
-        else ["No regression: every test that passes on the base passes patched."]
-    )
-    return "\n".join(lines) + "\n", not problems
+                problems.append(f"{tid}: {res} patched, {was} on base")
+        if out:
+            out.write_text(report(lines, problems, names[i + 1 :]))
+    return report(lines, problems, []), not problems
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pythonpath", default="", help="extra PYTHONPATH (e.g. /root/site)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/vseries-upstream"))
     ap.add_argument("--out", type=Path, help="write the Markdown report here too")
+    ap.add_argument("--jobs", type=int, default=1, help="pytest-xdist workers per run (-n)")
     a = ap.parse_args(argv)
     sels = [
         s
@@ -110,10 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     if not sels:
         print("upstream: no selection to run", file=sys.stderr)
         return 5
-    text, ok = compare(a.base, a.patched, sels, a.work, a.pythonpath)
+    text, ok = compare(a.base, a.patched, sels, a.work, a.pythonpath, a.jobs, a.out)
     print(text)
-    if a.out:
-        a.out.write_text(text)
     return 0 if ok else 1
 
 

@@ -7,6 +7,8 @@
 #   4. benchmarks/moe_compile_audit.py on both trees (compiles after start-up over a sweep)
 #   with ANATOMY=1, first: benchmarks/moe_decode_anatomy.py on the series tree (fixed cost
 #   and streaming rate of each decode kernel; ANATOMY_TIMEOUT seconds, default 120)
+#   VLLM_TESTS=0 skips step 2 (e.g. when the upstream tier of run.sh tests ran them in the
+#   same session), GPU_CONTRACTS=0 step 3
 # Trees: KTREES (default "base series"; the first is the reference, the second carries the
 # series). Each step has its own timeout; the whole phase ends within KERNELS_BUDGET seconds (default
 # 560, under the host's 10-minute limit a call). Results and logs in $OUT (one tarball).
@@ -50,10 +52,10 @@ for t in "$ref" "$tip"; do
   run_in "$t" "${BENCH_TIMEOUT:-170}" python3 "$ws/benchmarks/bench_moe_decode.py" \
     --variant "$t" --out "$R/bench_moe_decode-$t.json" "${bench_args[@]}"
 done
-run_in "$tip" 150 python3 -m pytest -q -p no:cacheprovider \
+[ "${VLLM_TESTS:-1}" = 0 ] || run_in "$tip" 150 python3 -m pytest -q -p no:cacheprovider \
   tests/kernels/moe/test_fused_moe_fp8_decode.py tests/kernels/moe/test_fused_moe_warmup.py \
   --junitxml "$R/vllm-tests-$tip.xml"
-for t in "$tip" "$ref"; do
+[ "${GPU_CONTRACTS:-1}" = 0 ] || for t in "$tip" "$ref"; do
   run_ws "$t" 60 python3 -P -m pytest -q -p no:cacheprovider -m contract -rA \
     tests/contract/test_moe_decode.py tests/contract/test_moe_warmup.py -k cuda \
     --junitxml "$R/contract-gpu-$t.xml"

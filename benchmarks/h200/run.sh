@@ -24,10 +24,14 @@ pp() { echo "$SITE:$(tree "$1")"; }
 case $phase in
   tests)
     [ -d /root/vllm-patched ] || bash /root/stage/p1/assemble.sh
+    # UPSTREAM_JOBS: pytest-xdist workers per run (the host has pytest-xdist; Triton's compiles
+    # are the bottleneck, one core each); UPSTREAM_ONLY: selections whose patch/path has it
+    only=() && for o in ${UPSTREAM_ONLY:-}; do only+=(--only "$o"); done
     timeout "${UPSTREAM_TIMEOUT:-420}" python3 -m vseries.upstream --base "$(tree base)" --patched "$(tree patched)" \
-      --pythonpath "$SITE" --out "$R/upstream.md" --work "$R/junit"
-    # CPU contracts run in CI; here only what needs the GPU (CONTRACT_K selects it)
-    for t in base patched; do
+      --pythonpath "$SITE" --out "$R/upstream.md" --work "$R/junit" --jobs "${UPSTREAM_JOBS:-1}" "${only[@]}"
+    # CPU contracts run in CI; here only what needs the GPU (CONTRACT_K selects it; CONTRACTS=0
+    # skips them)
+    [ "${CONTRACTS:-1}" = 0 ] || for t in base patched; do
       echo "=== contract tests, $t"
       PYTHONPATH=$(pp "$t"):$PWD timeout 150 python3 -P -m pytest -q -p no:cacheprovider -m contract \
         tests/contract -k "${CONTRACT_K:-cuda or gpu}" -rA 2>&1 | tail -40 | tee "$R/contract-$t.txt"

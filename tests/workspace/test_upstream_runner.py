@@ -48,3 +48,38 @@ def test_selection_collecting_nothing_fails(tmp_path):
         tmp_path / "w",
     )
     assert not ok and "collected no test" in text
+
+
+def test_xdist_workers_give_the_same_outcomes_and_a_report_as_it_goes(tmp_path, capfd):
+    """--jobs 2 runs each tree over two pytest-xdist workers: the same outcomes test by test;
+    the report file holds each finished selection and names the ones still to run."""
+    base, patched = tree(tmp_path / "b", 1), tree(tmp_path / "p", 2)
+    sels = [
+        {"patch": "x", "path": "tests/test_k.py", "k": "stable"},
+        {"patch": "x", "path": "tests/test_k.py"},
+    ]
+    seen = []
+    real = upstream.run_selection
+
+    def watch(tree_, sel, xml, pythonpath, jobs=1):
+        seen.append(((tmp_path / "report.md").read_text(), jobs))
+        return real(tree_, sel, xml, pythonpath, jobs)
+
+    upstream.run_selection, was = watch, upstream.run_selection
+    try:
+        text, ok = upstream.compare(
+            base, patched, sels, tmp_path / "w", jobs=2, out=tmp_path / "report.md"
+        )
+    finally:
+        upstream.run_selection = was
+    assert not ok
+    assert "test_changed: failed patched, passed on base" in text
+    assert "| 2 passed | 1 passed, 1 failed |" in text
+    # before the second selection: the first one's row, the second listed as not run
+    before_second = seen[2][0]
+    assert "| `tests/test_k.py` -k `stable` | 1 passed | 1 passed |" in before_second
+    assert "Not run (the run stopped first):\n- `tests/test_k.py`\n" in before_second
+    assert {j for _, j in seen} == {2}
+    assert (tmp_path / "report.md").read_text() == text
+    # the workers ran it (xdist's start line, in the runs' output)
+    assert "bringing up nodes" in capfd.readouterr().out
