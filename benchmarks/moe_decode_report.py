@@ -8,7 +8,9 @@ measured read bandwidth and rows with ``shape``, ``dtype``, ``m``, ``variant``, 
 ``us_min``, ``us_max``, ``roofline_pct``) and writes ``OUT.md`` (per shape and activation-scale
 kind: time and % of the read roofline for v0.21.0, the series without the decode patch
 (``decode_off``) and the series, with both ratios) and ``OUT.png`` (% of the roofline against
-tokens). ``--sweep FILE`` adds the cfg:/prequant variants of an earlier run of the series tree.
+tokens). ``--sweep FILE`` adds the cfg:/prequant variants of an earlier run of the series tree;
+``--anatomy FILE`` the fixed cost and streaming rate of each decode kernel
+(``moe_decode_anatomy.py``).
 """
 
 from __future__ import annotations
@@ -68,6 +70,27 @@ def sweep_table(sweep: dict) -> list[str]:
             f"| {key[0]} | {key[1]} | {key[2]} | {variants['default']['us']:.1f} | "
             + " | ".join(cells)
             + " |"
+        )
+    return lines
+
+
+def anatomy_table(head: dict) -> list[str]:
+    """Markdown rows of ``moe_decode_anatomy.py``'s fits (its header's ``fits``): per shape,
+    scale kind, kernel and routing, the fixed cost (us) and the streaming rate (GB/s, and as
+    % of the read bandwidth measured in that run)."""
+    bw = head["read_bandwidth_Bps"] / 1e9
+    lines = [
+        "| shape | act. scale | kernel | weights | fixed us | streaming GB/s | % of read bw |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for f in sorted(
+        head.get("fits", []), key=lambda f: (f["shape"], f["dtype"], f["kernel"], f["routing"])
+    ):
+        where = "HBM (8 routings cycled)" if f["routing"] == "cycled" else "L2 (one routing)"
+        lines.append(
+            f"| {f['shape']} | {f['dtype'].removeprefix('fp8_per_tensor_')} | {f['kernel']} | "
+            f"{where} | {f['fixed_us']:.1f} | {f['rate_GBps']:.0f} | "
+            f"{100 * f['rate_GBps'] / bw:.0f}% |"
         )
     return lines
 
@@ -149,6 +172,7 @@ def main() -> int:
     ap.add_argument("base")
     ap.add_argument("series")
     ap.add_argument("--sweep", help="an earlier series result with cfg:/prequant variants")
+    ap.add_argument("--anatomy", help="a moe_decode_anatomy.py result (fixed cost, rate)")
     ap.add_argument("--out", required=True, help="output path without suffix")
     ap.add_argument("--note", action="append", default=[], help="a line under the header")
     args = ap.parse_args()
@@ -198,6 +222,19 @@ def main() -> int:
             "`default` there is the path as it stood in that run (its header names the tree).",
             "",
             *sweep_table(index(sweep_rows)),
+        ]
+    if args.anatomy:
+        ah, _ = harness.load(args.anatomy)
+        lines += [
+            "",
+            f"## Fixed cost against streaming rate at one token (`{args.anatomy}`)",
+            "",
+            f"`{ah['command']}` ({ah['time']}, read bandwidth "
+            f"{ah['read_bandwidth_Bps'] / 1e12:.2f} TB/s): each decode kernel's K grown "
+            "(0.25-1x of the model's) with its grid and config fixed; a least-squares line "
+            "`us = fixed + MB / rate` through its device times (profiled graph replays).",
+            "",
+            *anatomy_table(ah),
         ]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     plot(base, series, out.with_suffix(".png"))

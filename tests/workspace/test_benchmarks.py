@@ -244,3 +244,23 @@ def test_moe_decode_anatomy_fits_fixed_cost_and_rate():
               bytes=1, us=None)]  # fmt: skip
     (got,) = anat.fits(rows)
     assert (got["fixed_us"], got["rate_GBps"], got["points"]) == (1.0, 4000.0, 3)
+
+
+def test_moe_decode_report_anatomy_table():
+    """The report's anatomy section: one row per fit, the rate also as % of the read
+    bandwidth measured in the same run, HBM and L2 rows named as such."""
+    import moe_decode_report
+
+    head = {
+        "read_bandwidth_Bps": 4.0e12,
+        "fits": [
+            dict(shape="q", dtype="fp8_per_tensor_static", kernel="w2", routing="hot",
+                 fixed_us=4.35, rate_GBps=4961.7, points=4),
+            dict(shape="q", dtype="fp8_per_tensor_dynamic", kernel="w13", routing="cycled",
+                 fixed_us=3.82, rate_GBps=3000.0, points=4),
+        ],
+    }  # fmt: skip
+    lines = moe_decode_report.anatomy_table(head)
+    assert lines[2] == "| q | dynamic | w13 | HBM (8 routings cycled) | 3.8 | 3000 | 75% |"
+    assert lines[3] == "| q | static | w2 | L2 (one routing) | 4.3 | 4962 | 124% |"
+    assert len(lines) == 4
