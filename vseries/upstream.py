@@ -25,8 +25,21 @@ HERE = Path(__file__).resolve().parent.parent
 
 
 def load_selections(path: Path) -> list[dict]:
-    """The [[select]] tables of tests/upstream.toml (keys: patch, path, k, patched_only)."""
+    """The [[select]] tables of tests/upstream.toml (keys: patch, path, k, patched_only, timeout,
+    jobs, name: what --only matches exactly, where patch and path do not tell selections apart)."""
     return tomllib.loads(path.read_text()).get("select", [])
+
+
+def pick(sels: list[dict], only: list[str]) -> list[dict]:
+    """The selections ``--only`` asks for (all when it names none): those whose patch name or
+    path contains one of ``only``, or whose ``name`` is one of them exactly."""
+    if not only:
+        return sels
+    return [
+        s
+        for s in sels
+        if any(o in s["patch"] or o in s["path"] or o == s.get("name") for o in only)
+    ]
 
 
 def run_selection(
@@ -122,18 +135,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--patched", type=Path, required=True)
     ap.add_argument("--select", type=Path, default=HERE / "tests" / "upstream.toml")
     ap.add_argument(
-        "--only", action="append", help="run only selections whose patch name or path contains this"
+        "--only",
+        action="append",
+        help="run only selections whose patch name or path contains this, or named this",
     )
     ap.add_argument("--pythonpath", default="", help="extra PYTHONPATH (e.g. /root/site)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/vseries-upstream"))
     ap.add_argument("--out", type=Path, help="write the Markdown report here too")
     ap.add_argument("--jobs", type=int, default=1, help="pytest-xdist workers per run (-n)")
     a = ap.parse_args(argv)
-    sels = [
-        s
-        for s in load_selections(a.select)
-        if not a.only or any(o in s["patch"] or o in s["path"] for o in a.only)
-    ]
+    sels = pick(load_selections(a.select), a.only or [])
     if not sels:
         print("upstream: no selection to run", file=sys.stderr)
         return 5

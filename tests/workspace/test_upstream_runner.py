@@ -83,3 +83,20 @@ def test_xdist_workers_give_the_same_outcomes_and_a_report_as_it_goes(tmp_path, 
     assert (tmp_path / "report.md").read_text() == text
     # the workers ran it (xdist's start line, in the runs' output)
     assert "bringing up nodes" in capfd.readouterr().out
+
+
+def test_only_picks_by_patch_path_or_exact_name():
+    """--only: a substring of the patch name or path, or a selection's name exactly (the four
+    test_moe.py selections share patch and path, and one -k contains another's word)."""
+    from pathlib import Path
+
+    sels = upstream.load_selections(Path(upstream.HERE) / "tests" / "upstream.toml")
+    names = [s.get("name") for s in upstream.pick(sels, ["test_moe-marlin", "test_moe-rest"])]
+    assert names == ["test_moe-marlin", "test_moe-rest"]
+    paths = [s["path"] for s in upstream.pick(sels, ["block_int8", "FP8-MoE-decode"])]
+    assert paths == [
+        "tests/kernels/moe/test_block_int8.py",
+        "tests/kernels/moe/test_fused_moe_fp8_decode.py",
+    ]
+    assert upstream.pick(sels, []) == sels
+    assert upstream.pick(sels, ["no-such-selection"]) == []
