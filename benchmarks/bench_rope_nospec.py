@@ -24,12 +24,16 @@ one line per T and exits 1 on a difference. About 30-60 s on an H200.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 
-# An empty on-disk Triton cache, so that it cannot hide compiles; set before Triton loads.
+# An empty on-disk Triton cache, so that it cannot hide compiles; set before Triton loads,
+# removed at exit (also after --help).
 os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_rope_nospec_triton_")
+atexit.register(shutil.rmtree, os.environ["TRITON_CACHE_DIR"], ignore_errors=True)
 
 import argparse  # noqa: E402
 import importlib  # noqa: E402

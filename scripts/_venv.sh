@@ -15,9 +15,8 @@ if [ -z "${VIRTUAL_ENV:-}" ]; then
   . .venv/bin/activate
 fi
 stamp="$VIRTUAL_ENV/.vseries-requirements"
-# what the install depends on: the requirements, and the package's module list (a strict
-# editable install links each module file, so a module added by a pull needs a reinstall)
-wanted() { cat requirements/workspace.txt pyproject.toml; find vseries -name '*.py' | LC_ALL=C sort; }
+# shellcheck source=scripts/_venv_wanted.sh
+. scripts/_venv_wanted.sh
 if ! wanted | cmp -s - "$stamp" 2>/dev/null; then
   echo "setup: installing the workspace requirements into $VIRTUAL_ENV"
   python -m pip install -q --upgrade pip

@@ -39,11 +39,16 @@ def workspace_repo(dest: Path) -> Path:
 def script_env(clone: Path, venv: Path) -> dict:
     """The environment of a user whose virtual environment is active: this interpreter's, with
     its requirements stamp already matching the clone's files (so _venv.sh installs nothing
-    into the shared venv)."""
+    into the shared venv: an install there would point this interpreter's vseries at the
+    clone, which a later pytest run deletes). The stamp is what _venv.sh's own ``wanted``
+    prints in the clone."""
     venv.mkdir()
-    stamp = (clone / "requirements/workspace.txt").read_bytes() + (
-        clone / "pyproject.toml"
-    ).read_bytes()
+    stamp = subprocess.run(
+        ["bash", "-c", ". scripts/_venv_wanted.sh && wanted"],
+        cwd=clone,
+        capture_output=True,
+        check=True,
+    ).stdout
     (venv / ".vseries-requirements").write_bytes(stamp)
     env = {k: v for k, v in os.environ.items() if k != "VSERIES_ROOT"}
     env["VIRTUAL_ENV"] = str(venv)
@@ -66,6 +71,7 @@ def test_autocrlf_clone_runs_the_scripts_and_keeps_patches(tmp_path, pristine, p
 
     p = subprocess.run(["scripts/apply.sh"], cwd=clone, env=env, capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
+    assert "installing the workspace requirements" not in p.stdout + p.stderr
     _, entries = series.read(src / "patches" / "series")
     count = git(clone / "vllm", "rev-list", "--count", f"{pin.commit}..series")
     assert int(count) == len(entries)
@@ -76,3 +82,5 @@ def test_autocrlf_clone_runs_the_scripts_and_keeps_patches(tmp_path, pristine, p
     assert p.returncode == 0, p.stdout + p.stderr
     assert {p.name: p.read_bytes() for p in (clone / "patches").iterdir()} == patches
     assert git(clone, "status", "--porcelain", "--", "patches", "scripts", ".ci") == ""
+    # _venv.sh found its stamp current: nothing was installed into the shared interpreter
+    assert "installing the workspace requirements" not in p.stdout + p.stderr
