@@ -55,7 +55,8 @@ def table(base: dict, series: dict) -> list[str]:
 
 
 def sweep_table(sweep: dict) -> list[str]:
-    extra = {"prequant", "in_kernel", "l2_hot"}  # variants without a config, beside cfg: ones
+    # variants without a config, beside the cfg: ones
+    extra = {"prequant", "in_kernel", "l2_hot", "one_kernel", "one_kernel_1x"}
     names = sorted({v for variants in sweep.values() for v in variants if ":" in v or v in extra})
     lines = [
         "| shape | act. scale | M | default | " + " | ".join(names) + " |",

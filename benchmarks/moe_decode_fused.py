@@ -1,0 +1,403 @@
+"""Experimental (issue 13): the per-tensor FP8 MoE decode layer in ONE persistent kernel.
+
+Not part of any patch and not measured yet: a candidate for the 55% goal, to be timed as a
+variant of ``bench_moe_decode.py`` before it could become a patch. Patch 0005 runs the layer
+as two kernels, each with a fixed cost of ~4 us per call on an H200 (``moe_decode.md``,
+anatomy: Qwen3-30B-A3B static, GEMM1 3.8 us + GEMM2 4.5 us fixed, streaming at 84-85% of the
+read bandwidth). Here one launch does both GEMMs:
+
+- items: GEMM1 tiles (slot, intermediate tile, K split) first, then GEMM2 tiles (slot, hidden
+  tile, K split), taken round-robin by ``grid`` persistent programs (item = pid + j * grid);
+  their bodies are those of ``_moe_decode_w13_kernel`` / ``_moe_decode_w2_kernel`` (patch
+  0005's ``fused_moe_decode.py``, whose helpers this module calls);
+- every GEMM1 item, skipped ones included, adds one to a done counter (release); a GEMM2 item
+  first prefetches its weight tile into L2 (``PREFETCH``; its weights do not depend on
+  GEMM1), then waits until the counter holds every GEMM1 item (acquire), so GEMM2's launch,
+  routing reads and weight fetch overlap GEMM1's tail;
+- no deadlock: a program finishes its GEMM1 items before any of its GEMM2 items, and every
+  program is resident (``grid`` <= what fits at once: the caller's job); the last program to
+  leave (an exit counter) zeroes every counter for the next call.
+
+Triton's interpreter runs programs one after another: there only ``grid = 1`` cannot wait
+forever (the tests use it). Shapes and dtypes as ``fused_moe_fp8_decode``.
+
+``_w13_item`` and ``_w2_item`` are copies of the two kernels' bodies (program ids made
+arguments, early returns made branches), kept here while the design is unmeasured; if it wins,
+patch 0005's kernels become thin wrappers of these two functions, so that one copy remains.
+"""
+
+from __future__ import annotations
+
+import torch
+from vllm.model_executor.layers.fused_moe import fused_moe_decode as fd
+from vllm.triton_utils import tl, triton
+
+_expert_group = fd._expert_group
+_dynamic_scale = fd._dynamic_scale
+
+
+@triton.jit
+def _prefetch_l2(ptrs):
+    """Ask L2 for the 128-byte lines at ``ptrs`` (any shape); the loads are not waited for."""
+    tl.inline_asm_elementwise(
+        "prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;",
+        "=r,l",
+        [ptrs],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@triton.jit
+def _item_expert(
+    item, n_tiles, topk_ids_ptr, expert_map_ptr, M, topk, SPLIT: tl.constexpr,
+    HAS_EXPERT_MAP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr,
+    TOPK_P: tl.constexpr,
+):  # fmt: skip
+    """An item's (slot, tile of the slot, K split) -- item = (slot * n_tiles + tile) * SPLIT
+    + split -- and its slot's expert group (``_expert_group``)."""
+    pid_k = item % SPLIT
+    t = item // SPLIT
+    e, first, has, kk, match = _expert_group(
+        topk_ids_ptr, expert_map_ptr, t // n_tiles, M, topk,
+        HAS_EXPERT_MAP, BLOCK_T, BLOCK_P, TOPK_P,
+    )  # fmt: skip
+    return t // n_tiles, t % n_tiles, pid_k, e, first, has, kk, match
+
+
+@triton.jit
+def _w13_item(
+    item, x_ptr, a1_scale_ptr, w1_ptr, w1_scale_ptr, topk_ids_ptr, expert_map_ptr, h_ptr,
+    amax_ptr, part1_ptr, count1_ptr, M, topk, K, inter, stride_xm, stride_w1e, stride_w1n,
+    stride_hm, N_I_TILES, A_MODE: tl.constexpr, HAS_EXPERT_MAP: tl.constexpr,
+    SPLIT_K1: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_K1: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr, TOPK_P: tl.constexpr,
+):  # fmt: skip
+    """One GEMM1 tile: ``_moe_decode_w13_kernel``'s body for (slot, pid_i, pid_k)."""
+    slot, pid_i, pid_k, e, first, has, kk, match = _item_expert(
+        item, N_I_TILES, topk_ids_ptr, expert_map_ptr, M, topk, SPLIT_K1,
+        HAS_EXPERT_MAP, BLOCK_T, BLOCK_P, TOPK_P,
+    )  # fmt: skip
+    tile = slot * N_I_TILES + pid_i
+    if (e < 0) | (first == 0):
+        if pid_k == 0:
+            tl.store(amax_ptr + tile, 0.0)
+    else:
+        if A_MODE == 1:
+            a_scale = _dynamic_scale(x_ptr, M, K, stride_xm, 4096)
+        else:
+            a_scale = tl.load(a1_scale_ptr)
+        offs_t = tl.arange(0, BLOCK_T)
+        offs_k = tl.arange(0, BLOCK_K1)
+        offs_r = tl.arange(0, 2 * BLOCK_I)
+        i_idx = pid_i * BLOCK_I + offs_r % BLOCK_I
+        row = tl.where(offs_r < BLOCK_I, i_idx, inter + i_idx)
+        row_ok = i_idx < inter
+        tiles_per_split = tl.cdiv(tl.cdiv(K, BLOCK_K1), SPLIT_K1)
+        k_begin = pid_k * tiles_per_split * BLOCK_K1
+        w_ptrs = (
+            w1_ptr
+            + e.to(tl.int64) * stride_w1e
+            + row[:, None].to(tl.int64) * stride_w1n
+            + offs_k[None, :]
+            + k_begin
+        )
+        x_ptrs = x_ptr + offs_t[None, :].to(tl.int64) * stride_xm + offs_k[:, None] + k_begin
+        acc = tl.zeros([2 * BLOCK_I, BLOCK_T], dtype=tl.float32)
+        for kt in range(0, tiles_per_split):
+            k_ok = (k_begin + kt * BLOCK_K1 + offs_k) < K
+            w = tl.load(w_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            xt = tl.load(x_ptrs, mask=k_ok[:, None] & has[None, :], other=0.0)
+            if A_MODE == 2:
+                xq = xt
+            else:
+                xq = tl.clamp(xt.to(tl.float32) / a_scale, -448.0, 448.0).to(w.dtype)
+            acc = tl.dot(w, xq, acc)
+            w_ptrs += BLOCK_K1
+            x_ptrs += BLOCK_K1
+        last = True
+        if SPLIT_K1 > 1:
+            tile_elems: tl.constexpr = 2 * BLOCK_I * BLOCK_T
+            part = part1_ptr + tile.to(tl.int64) * (SPLIT_K1 * tile_elems)
+            offs_tile = offs_r[:, None] * BLOCK_T + offs_t[None, :]
+            tl.store(part + pid_k * tile_elems + offs_tile, acc)
+            tl.debug_barrier()
+            old = tl.atomic_add(count1_ptr + tile, 1, sem="acq_rel", scope="gpu")
+            tl.debug_barrier()
+            last = old == SPLIT_K1 - 1
+            if last:
+                acc = tl.zeros([2 * BLOCK_I, BLOCK_T], dtype=tl.float32)
+                for s in range(SPLIT_K1):
+                    acc += tl.load(part + s * tile_elems + offs_tile, cache_modifier=".cg")
+        if last:
+            acc = acc * (a_scale * tl.load(w1_scale_ptr + e))
+            gate, up = tl.split(tl.permute(tl.reshape(acc, (2, BLOCK_I, BLOCK_T)), (1, 2, 0)))
+            h = (gate / (1.0 + tl.exp(-gate)) * up).to(h_ptr.dtype.element_ty)
+            offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
+            h_mask = (offs_i < inter)[:, None] & has[None, :]
+            h_rows = (offs_t * topk + kk).to(tl.int64)
+            tl.store(h_ptr + h_rows[None, :] * stride_hm + offs_i[:, None], h, mask=h_mask)
+            amax = tl.max(tl.max(tl.where(h_mask, tl.abs(h.to(tl.float32)), 0.0), 1), 0)
+            tl.store(amax_ptr + tile, amax)
+
+
+@triton.jit
+def _w2_item(
+    item, h_ptr, amax_ptr, a2_scale_ptr, w2_ptr, w2_scale_ptr, topk_ids_ptr, expert_map_ptr,
+    topk_weights_ptr, out_ptr, part2_ptr, count2_ptr, sync_ptr, n1_items, M, topk, N, inter,
+    num_amax, stride_hm, stride_w2e, stride_w2n, stride_om, N_N_TILES,
+    A_MODE: tl.constexpr, MUL_ROUTED_WEIGHT: tl.constexpr, HAS_EXPERT_MAP: tl.constexpr,
+    SPLIT_K2: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K2: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr, TOPK_P: tl.constexpr,
+    BLOCK_A: tl.constexpr, PREFETCH: tl.constexpr, PREFETCH_LINES: tl.constexpr,
+):  # fmt: skip
+    """One GEMM2 tile: ``_moe_decode_w2_kernel``'s body for (slot, pid_n, pid_k), after its
+    weights' L2 prefetch and the wait for every GEMM1 item."""
+    slot, pid_n, pid_k, e, first, has, kk, match = _item_expert(
+        item, N_N_TILES, topk_ids_ptr, expert_map_ptr, M, topk, SPLIT_K2,
+        HAS_EXPERT_MAP, BLOCK_T, BLOCK_P, TOPK_P,
+    )  # fmt: skip
+    offs_t = tl.arange(0, BLOCK_T)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < N
+    tiles_per_split = tl.cdiv(tl.cdiv(inter, BLOCK_K2), SPLIT_K2)
+    k_begin = pid_k * tiles_per_split * BLOCK_K2
+    k_end = tl.minimum(k_begin + tiles_per_split * BLOCK_K2, inter)
+    w_row = w2_ptr + e.to(tl.int64) * stride_w2e + offs_n.to(tl.int64) * stride_w2n
+    if PREFETCH:  # noqa: SIM102 (a constexpr and a runtime condition: two ifs in Triton)
+        if (e >= 0) & (first != 0):
+            # the 128-byte lines of this tile's weights: [BLOCK_N rows, lines of the split]
+            offs_l = tl.arange(0, PREFETCH_LINES) * 128
+            ok = n_ok[:, None] & (k_begin + offs_l[None, :] < k_end)
+            _prefetch_l2(tl.where(ok, w_row[:, None] + k_begin + offs_l[None, :], w_row[:, None]))
+    # wait for every GEMM1 item (h and its tile maxima are then written)
+    done = tl.atomic_add(sync_ptr, 0, sem="acquire", scope="gpu")
+    while done < n1_items:
+        done = tl.atomic_add(sync_ptr, 0, sem="acquire", scope="gpu")
+    if (e < 0) | (first != 0):
+        acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
+        offs_kp = tl.arange(0, TOPK_P)
+        if e < 0:
+            has = offs_t == slot // topk
+            kk = tl.zeros([BLOCK_T], dtype=tl.int32) + slot % topk
+            match = has[:, None] & (offs_kp[None, :] == slot % topk)
+        else:
+            if A_MODE == 1:
+                offs_a = tl.arange(0, BLOCK_A)
+                amax = tl.zeros([BLOCK_A], dtype=tl.float32)
+                for a0 in range(0, num_amax, BLOCK_A):
+                    amax = tl.maximum(
+                        amax,
+                        tl.load(
+                            amax_ptr + a0 + offs_a,
+                            mask=a0 + offs_a < num_amax,
+                            other=0.0,
+                            cache_modifier=".cg",
+                        ),
+                    )
+                a_scale = tl.maximum(tl.max(amax, axis=0) / 448.0, 1.0 / (448.0 * 512.0))
+            else:
+                a_scale = tl.load(a2_scale_ptr)
+            offs_k = tl.arange(0, BLOCK_K2)
+            h_rows = (offs_t * topk + kk).to(tl.int64)
+            w_ptrs = w_row[:, None] + offs_k[None, :] + k_begin
+            h_ptrs = h_ptr + h_rows[None, :] * stride_hm + offs_k[:, None] + k_begin
+            for kt in range(0, tiles_per_split):
+                k_ok = (k_begin + kt * BLOCK_K2 + offs_k) < inter
+                w = tl.load(w_ptrs, mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+                ht = tl.load(
+                    h_ptrs, mask=k_ok[:, None] & has[None, :], other=0.0, cache_modifier=".cg"
+                )
+                hq = tl.clamp(ht.to(tl.float32) / a_scale, -448.0, 448.0).to(w.dtype)
+                acc = tl.dot(w, hq, acc)
+                w_ptrs += BLOCK_K2
+                h_ptrs += BLOCK_K2
+            acc = acc * (a_scale * tl.load(w2_scale_ptr + e))
+            if MUL_ROUTED_WEIGHT:
+                rw = tl.load(
+                    topk_weights_ptr + offs_t[:, None] * topk + offs_kp[None, :],
+                    mask=match,
+                    other=0.0,
+                )
+                acc = acc * tl.sum(rw, axis=1)[None, :]
+        contrib = ((offs_t * topk + kk) * SPLIT_K2 + pid_k).to(tl.int64) * N
+        tl.store(
+            part2_ptr + contrib[None, :] + offs_n[:, None],
+            acc,
+            mask=n_ok[:, None] & has[None, :],
+        )
+        repeats = match & (offs_kp[None, :] != kk[:, None])
+        if tl.max(tl.max(repeats.to(tl.int32), axis=1), axis=0) > 0:
+            rows = ((offs_t[:, None] * topk + offs_kp[None, :]) * SPLIT_K2 + pid_k).to(tl.int64)
+            tl.store(
+                part2_ptr + rows[None, :, :] * N + offs_n[:, None, None],
+                tl.zeros([BLOCK_N, BLOCK_T, TOPK_P], dtype=tl.float32),
+                mask=n_ok[:, None, None] & repeats[None, :, :],
+            )
+        count = tl.sum(match.to(tl.int32), axis=1)
+        tl.debug_barrier()
+        old = tl.atomic_add(
+            count2_ptr + offs_t * N_N_TILES + pid_n, count, mask=has, sem="acq_rel", scope="gpu"
+        )
+        last = has & (old + count == topk * SPLIT_K2)
+        tl.debug_barrier()
+        if tl.max(last.to(tl.int32), axis=0) > 0:
+            token_part = part2_ptr + (offs_t * (topk * SPLIT_K2)).to(tl.int64) * N
+            mask = n_ok[:, None] & last[None, :]
+            total = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
+            for j in range(0, topk * SPLIT_K2):
+                total += tl.load(
+                    token_part[None, :] + j * N + offs_n[:, None],
+                    mask=mask,
+                    other=0.0,
+                    cache_modifier=".cg",
+                )
+            out_rows = offs_t.to(tl.int64) * stride_om
+            tl.store(
+                out_ptr + out_rows[None, :] + offs_n[:, None],
+                total.to(out_ptr.dtype.element_ty),
+                mask=mask,
+            )
+
+
+@triton.jit(do_not_specialize=["M", "n1_items", "n2_items", "num_amax", "n_count1", "n_count2"])
+def _moe_decode_fused_kernel(
+    x_ptr, a1_scale_ptr, w1_ptr, w1_scale_ptr, w2_ptr, w2_scale_ptr, a2_scale_ptr,
+    topk_ids_ptr, expert_map_ptr, topk_weights_ptr, h_ptr, amax_ptr, part1_ptr, part2_ptr,
+    count1_ptr, count2_ptr, sync_ptr, out_ptr, n1_items, n2_items, n_count1, n_count2,
+    M, topk, K, inter, N, num_amax, stride_xm, stride_w1e, stride_w1n, stride_hm,
+    stride_w2e, stride_w2n, stride_om, N_I_TILES, N_N_TILES,
+    A_MODE: tl.constexpr, A2_MODE: tl.constexpr, MUL_ROUTED_WEIGHT: tl.constexpr,
+    HAS_EXPERT_MAP: tl.constexpr, SPLIT_K1: tl.constexpr, SPLIT_K2: tl.constexpr,
+    BLOCK_I: tl.constexpr, BLOCK_K1: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K2: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr,
+    TOPK_P: tl.constexpr, BLOCK_A: tl.constexpr, PREFETCH: tl.constexpr,
+    PREFETCH_LINES: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    grid = tl.num_programs(0)
+    for item in range(pid, n1_items, grid):
+        _w13_item(
+            item, x_ptr, a1_scale_ptr, w1_ptr, w1_scale_ptr, topk_ids_ptr, expert_map_ptr,
+            h_ptr, amax_ptr, part1_ptr, count1_ptr, M, topk, K, inter, stride_xm, stride_w1e,
+            stride_w1n, stride_hm, N_I_TILES, A_MODE, HAS_EXPERT_MAP, SPLIT_K1, BLOCK_I,
+            BLOCK_K1, BLOCK_T, BLOCK_P, TOPK_P,
+        )  # fmt: skip
+        tl.debug_barrier()
+        tl.atomic_add(sync_ptr, 1, sem="release", scope="gpu")
+    # GEMM2 items follow this program's GEMM1 items in the round-robin order
+    first2 = (pid - n1_items % grid + grid) % grid
+    for item in range(first2, n2_items, grid):
+        _w2_item(
+            item, h_ptr, amax_ptr, a2_scale_ptr, w2_ptr, w2_scale_ptr, topk_ids_ptr,
+            expert_map_ptr, topk_weights_ptr, out_ptr, part2_ptr, count2_ptr, sync_ptr,
+            n1_items, M, topk, N, inter, num_amax, stride_hm, stride_w2e, stride_w2n,
+            stride_om, N_N_TILES, A2_MODE, MUL_ROUTED_WEIGHT, HAS_EXPERT_MAP, SPLIT_K2,
+            BLOCK_N, BLOCK_K2, BLOCK_T, BLOCK_P, TOPK_P, BLOCK_A, PREFETCH, PREFETCH_LINES,
+        )  # fmt: skip
+    # the last program to leave zeroes every counter for the next call
+    tl.debug_barrier()
+    left = tl.atomic_add(sync_ptr + 1, 1, sem="acq_rel", scope="gpu")
+    if left == grid - 1:
+        offs = tl.arange(0, 1024)
+        for c0 in range(0, n_count1, 1024):
+            tl.store(count1_ptr + c0 + offs, 0, mask=c0 + offs < n_count1)
+        for c0 in range(0, n_count2, 1024):
+            tl.store(count2_ptr + c0 + offs, 0, mask=c0 + offs < n_count2)
+        tl.store(sync_ptr + tl.arange(0, 2), tl.zeros([2], dtype=tl.int32))
+
+
+_BUFFERS: dict[torch.device, torch.Tensor] = {}
+_RETIRED: list[torch.Tensor] = []  # outgrown buffers stay alive for graphs captured with them
+
+
+def _counters(device: torch.device, n: int) -> torch.Tensor:
+    """int32 [2 + n] zeroed once: [done, left, counters...] (the kernel leaves them zero).
+    Never allocated during CUDA graph capture (a captured zero-fill would not run before the
+    next eager call): call once eagerly first."""
+    buf = _BUFFERS.get(device)
+    if buf is None or buf.numel() < n + 2:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("moe_decode_fused: run one call eagerly before graph capture")
+        if buf is not None:
+            _RETIRED.append(buf)
+        buf = torch.zeros(triton.cdiv(n + 2, 4096) * 4096, dtype=torch.int32, device=device)
+        _BUFFERS[device] = buf
+    return buf
+
+
+def fused_moe_fp8_decode_one_kernel(
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    w1_scale: torch.Tensor,
+    w2_scale: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    a1_scale: torch.Tensor | None,
+    a2_scale: torch.Tensor | None,
+    output: torch.Tensor,
+    grid: int,
+    expert_map: torch.Tensor | None = None,
+    config: dict[str, int] | None = None,
+    prefetch: bool = True,
+) -> torch.Tensor:
+    """``fd.fused_moe_fp8_decode`` (same arguments, bf16/fp16 input) in one persistent launch
+    of ``grid`` programs, which must all be resident at once on a GPU (1 in Triton's
+    interpreter). ``prefetch``: GEMM2 items prefetch their weights into L2 (False in the
+    interpreter, which has no inline PTX)."""
+    M, K = hidden_states.shape
+    topk = topk_ids.size(1)
+    inter, N = w2.size(2), w2.size(1)
+    assert M <= fd.DECODE_MAX_TOKENS and w1.size(1) == 2 * inter and w1.size(2) == K
+    device = hidden_states.device
+    if config is None:
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        config = fd.get_decode_config(M, topk, N, inter, sms)
+    n_i_tiles = triton.cdiv(inter, config["BLOCK_I"])
+    n_n_tiles = triton.cdiv(N, config["BLOCK_N"])
+    split1, split2 = config["SPLIT_K1"], config["SPLIT_K2"]
+    slots = M * topk
+    n1_items = slots * n_i_tiles * split1
+    n2_items = slots * n_n_tiles * split2
+    n_count1, n_count2 = slots * n_i_tiles, M * n_n_tiles
+    buf = _counters(device, n_count1 + n_count2)
+    sync, count1, count2 = buf[:2], buf[2 : 2 + n_count1], buf[2 + n_count1 :]
+    block_t = fd.DECODE_MAX_TOKENS
+    h = torch.empty((slots, inter), dtype=output.dtype, device=device)
+    amax = torch.empty((slots * n_i_tiles,), dtype=torch.float32, device=device)
+    part1 = torch.empty(
+        (max(1, n_count1 * split1) if split1 > 1 else 1, 2 * config["BLOCK_I"] * block_t),
+        dtype=torch.float32,
+        device=device,
+    )
+    part2 = torch.empty((M, topk, split2, N), dtype=torch.float32, device=device)
+    _moe_decode_fused_kernel[(grid,)](
+        hidden_states, a1_scale, w1, w1_scale.reshape(-1), w2, w2_scale.reshape(-1), a2_scale,
+        topk_ids.contiguous(), expert_map, topk_weights.contiguous(), h, amax, part1, part2,
+        count1, count2, sync, output, n1_items, n2_items, n_count1, n_count2,
+        M, topk, K, inter, N, amax.numel(), hidden_states.stride(0), w1.stride(0),
+        w1.stride(1), h.stride(0), w2.stride(0), w2.stride(1), output.stride(0),
+        n_i_tiles, n_n_tiles,
+        A_MODE=0 if a1_scale is not None else 1,
+        A2_MODE=0 if a2_scale is not None else 1,
+        MUL_ROUTED_WEIGHT=True,
+        HAS_EXPERT_MAP=expert_map is not None,
+        SPLIT_K1=split1, SPLIT_K2=split2,
+        BLOCK_I=config["BLOCK_I"], BLOCK_K1=config["BLOCK_K1"],
+        BLOCK_N=config["BLOCK_N"], BLOCK_K2=config["BLOCK_K2"],
+        BLOCK_T=block_t,
+        BLOCK_P=max(16, triton.next_power_of_2(fd.DECODE_MAX_TOKENS * topk)),
+        TOPK_P=max(2, triton.next_power_of_2(topk)),
+        BLOCK_A=1024,
+        PREFETCH=prefetch,
+        # lines of 128 bytes in one split of a weight row (a power of two for tl.arange)
+        PREFETCH_LINES=triton.next_power_of_2(
+            triton.cdiv(triton.cdiv(triton.cdiv(inter, config["BLOCK_K2"]), split2)
+                        * config["BLOCK_K2"], 128)
+        ),
+        num_warps=config["num_warps"],
+        num_stages=config["num_stages"],
+    )  # fmt: skip
+    return output
