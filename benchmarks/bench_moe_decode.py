@@ -20,9 +20,10 @@ it runs in (``--variant`` names it). Variants per row:
 - ``in_kernel`` (dynamic scales, M in ``--sweep-batches``): the decode path with the dynamic
   scale always found in GEMM1, whatever ``_IN_KERNEL_SCALE_MAX_ELEMS`` says; with
   ``prequant`` beside it, the two sides of that threshold at each shape and batch;
-- ``one_kernel``, ``one_kernel_1x`` (``--one-kernel``, M in ``--sweep-batches``): the
-  experimental one-launch persistent kernel of ``moe_decode_fused.py`` (not in any patch) with
-  2 and 1 programs per SM, the heuristic's config: the candidate for the 55% goal (issue 13);
+- ``one_kernel``, ``one_kernel_1x``, ``one_kernel_nopf`` (``--one-kernel``, M in
+  ``--sweep-batches``): the experimental one-launch persistent kernel of ``moe_decode_fused.py``
+  (not in any patch) with 2 and 1 programs per SM, and 2 without the L2 prefetch of GEMM2's
+  weights, the heuristic's config: the candidate for the 55% goal (issue 13);
 - ``l2_hot`` (M in ``--sweep-batches``): ``default`` with one routing repeated, so that its
   experts' weights stay in L2: the floor of the path when HBM bandwidth is not the limit.
   Its roofline % is not one (the bytes do not come from HBM).
@@ -228,16 +229,18 @@ class Case:
 
         return run
 
-    def one_kernel(self, k: int, cfg: dict, grid: int):
-        """moe_decode_fused.py's one persistent launch with ``grid`` programs, on routing k."""
+    def one_kernel(self, k: int, cfg: dict, grid: int, prefetch: bool = True):
+        """moe_decode_fused.py's one persistent launch with ``grid`` programs (``prefetch``:
+        GEMM2's weights into L2 before its wait), on routing k."""
         import moe_decode_fused
 
         w1, w2, s1, s2 = self.layer
         x, (tw, ti) = self.xs[k], self.routings[k]
         out = self.outs[k]
         return lambda: moe_decode_fused.fused_moe_fp8_decode_one_kernel(
-            x, w1, w2, s1, s2, tw, ti, self.a1, self.a2, out, grid=grid, config=cfg
-        )
+            x, w1, w2, s1, s2, tw, ti, self.a1, self.a2, out, grid=grid, config=cfg,
+            prefetch=prefetch,
+        )  # fmt: skip
 
     def prequant(self, k: int):
         """vLLM's dynamic per-tensor quantisation kernel, then the decode kernels."""
@@ -322,17 +325,18 @@ def measure(
     if case.scale == "dynamic":
         add("prequant", [case.prequant(k) for k in range(n)])
         add("in_kernel", [case.in_kernel(k) for k in range(n)])
-    for name, per_sm in (("one_kernel", 2), ("one_kernel_1x", 1)) if one_kernel else ():
+    variants = (("one_kernel", 2, True), ("one_kernel_1x", 1, True), ("one_kernel_nopf", 2, False))
+    for name, per_sm, prefetch in variants if one_kernel else ():
         try:
             grid = per_sm * num_sms
             case.direct(0, base_cfg)()
             two = case.outs[0].clone()
-            case.one_kernel(0, base_cfg, grid)()
+            case.one_kernel(0, base_cfg, grid, prefetch)()
             same = bool(torch.equal(case.outs[0], two))  # the same tiles, sums and order
             diff = round(rel_err(case.outs[0], two.float()), 6)
             add(
                 name,
-                [case.one_kernel(k, base_cfg, grid) for k in range(n)],
+                [case.one_kernel(k, base_cfg, grid, prefetch) for k in range(n)],
                 grid=grid,
                 equal_to_two_kernels=same,
                 rel_err_vs_two_kernels=diff,

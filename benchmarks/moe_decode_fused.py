@@ -12,8 +12,9 @@ read bandwidth). Here one launch does both GEMMs:
   0005's ``fused_moe_decode.py``, whose helpers this module calls);
 - every GEMM1 item, skipped ones included, adds one to a done counter (release); a GEMM2 item
   first prefetches its weight tile into L2 (``PREFETCH``; its weights do not depend on
-  GEMM1), then waits until the counter holds every GEMM1 item (acquire), so GEMM2's launch,
-  routing reads and weight fetch overlap GEMM1's tail;
+  GEMM1), then waits until the counter holds every GEMM1 item (acquire; items of expert -1
+  read no h and do not wait), so GEMM2's launch, routing reads and weight fetch overlap
+  GEMM1's tail;
 - no deadlock: a program finishes its GEMM1 items before any of its GEMM2 items, and every
   program is resident (``grid`` <= what fits at once: the caller's job); the last program to
   leave (an exit counter) zeroes every counter for the next call.
@@ -170,11 +171,10 @@ def _w2_item(
             # the 128-byte lines of this tile's weights: [BLOCK_N rows, lines of the split]
             offs_l = tl.arange(0, PREFETCH_LINES) * 128
             ok = n_ok[:, None] & (k_begin + offs_l[None, :] < k_end)
-            _prefetch_l2(tl.where(ok, w_row[:, None] + k_begin + offs_l[None, :], w_row[:, None]))
-    # wait for every GEMM1 item (h and its tile maxima are then written)
-    done = tl.atomic_add(sync_ptr, 0, sem="acquire", scope="gpu")
-    while done < n1_items:
-        done = tl.atomic_add(sync_ptr, 0, sem="acquire", scope="gpu")
+            # lines outside the tile (rows past N, K past the split) ask for the expert's first
+            # line instead: a valid, redundant address
+            w_e = w2_ptr + e.to(tl.int64) * stride_w2e
+            _prefetch_l2(tl.where(ok, w_row[:, None] + k_begin + offs_l[None, :], w_e))
     if (e < 0) | (first != 0):
         acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
         offs_kp = tl.arange(0, TOPK_P)
@@ -183,6 +183,11 @@ def _w2_item(
             kk = tl.zeros([BLOCK_T], dtype=tl.int32) + slot % topk
             match = has[:, None] & (offs_kp[None, :] == slot % topk)
         else:
+            # wait for every GEMM1 item (h and its tile maxima are then written; items of
+            # expert -1 only store zeros and need not wait)
+            done = tl.atomic_add(sync_ptr, 0, sem="acquire", scope="gpu")
+            while done < n1_items:
+                done = tl.atomic_add(sync_ptr, 0, sem="acquire", scope="gpu")
             if A_MODE == 1:
                 offs_a = tl.arange(0, BLOCK_A)
                 amax = tl.zeros([BLOCK_A], dtype=tl.float32)
@@ -298,31 +303,36 @@ def _moe_decode_fused_kernel(
         )  # fmt: skip
     # the last program to leave zeroes every counter for the next call
     tl.debug_barrier()
-    left = tl.atomic_add(sync_ptr + 1, 1, sem="acq_rel", scope="gpu")
+    left = tl.atomic_add(sync_ptr + 32, 1, sem="acq_rel", scope="gpu")
     if left == grid - 1:
         offs = tl.arange(0, 1024)
         for c0 in range(0, n_count1, 1024):
             tl.store(count1_ptr + c0 + offs, 0, mask=c0 + offs < n_count1)
         for c0 in range(0, n_count2, 1024):
             tl.store(count2_ptr + c0 + offs, 0, mask=c0 + offs < n_count2)
-        tl.store(sync_ptr + tl.arange(0, 2), tl.zeros([2], dtype=tl.int32))
+        tl.store(sync_ptr, 0)
+        tl.store(sync_ptr + 32, 0)
 
 
 _BUFFERS: dict[torch.device, torch.Tensor] = {}
 _RETIRED: list[torch.Tensor] = []  # outgrown buffers stay alive for graphs captured with them
 
 
+_SYNC = 64  # int32s: done at 0 and left at 32, each on its own 128-byte line
+
+
 def _counters(device: torch.device, n: int) -> torch.Tensor:
-    """int32 [2 + n] zeroed once: [done, left, counters...] (the kernel leaves them zero).
+    """int32 [_SYNC + n] zeroed once: [done, .., left, .., counters...] (the kernel leaves them
+    zero).
     Never allocated during CUDA graph capture (a captured zero-fill would not run before the
     next eager call): call once eagerly first."""
     buf = _BUFFERS.get(device)
-    if buf is None or buf.numel() < n + 2:
+    if buf is None or buf.numel() < n + _SYNC:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             raise RuntimeError("moe_decode_fused: run one call eagerly before graph capture")
         if buf is not None:
             _RETIRED.append(buf)
-        buf = torch.zeros(triton.cdiv(n + 2, 4096) * 4096, dtype=torch.int32, device=device)
+        buf = torch.zeros(triton.cdiv(n + _SYNC, 4096) * 4096, dtype=torch.int32, device=device)
         _BUFFERS[device] = buf
     return buf
 
@@ -351,6 +361,9 @@ def fused_moe_fp8_decode_one_kernel(
     topk = topk_ids.size(1)
     inter, N = w2.size(2), w2.size(1)
     assert M <= fd.DECODE_MAX_TOKENS and w1.size(1) == 2 * inter and w1.size(2) == K
+    # bf16/fp16 input only (0005's pre-quantized FP8 input is not a mode here), rows by stride
+    assert hidden_states.dtype in (torch.bfloat16, torch.float16)
+    assert hidden_states.stride(-1) == 1 and output.stride(-1) == 1
     device = hidden_states.device
     if config is None:
         sms = torch.cuda.get_device_properties(device).multi_processor_count
@@ -363,7 +376,7 @@ def fused_moe_fp8_decode_one_kernel(
     n2_items = slots * n_n_tiles * split2
     n_count1, n_count2 = slots * n_i_tiles, M * n_n_tiles
     buf = _counters(device, n_count1 + n_count2)
-    sync, count1, count2 = buf[:2], buf[2 : 2 + n_count1], buf[2 + n_count1 :]
+    sync, count1, count2 = buf[:_SYNC], buf[_SYNC : _SYNC + n_count1], buf[_SYNC + n_count1 :]
     block_t = fd.DECODE_MAX_TOKENS
     h = torch.empty((slots, inter), dtype=output.dtype, device=device)
     amax = torch.empty((slots * n_i_tiles,), dtype=torch.float32, device=device)
@@ -399,5 +412,8 @@ def fused_moe_fp8_decode_one_kernel(
         ),
         num_warps=config["num_warps"],
         num_stages=config["num_stages"],
+        # a cooperative launch fails (too large) where the grid cannot be resident at once,
+        # instead of spinning forever
+        **({"launch_cooperative_grid": True} if device.type == "cuda" else {}),
     )  # fmt: skip
     return output

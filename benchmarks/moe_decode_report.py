@@ -56,7 +56,7 @@ def table(base: dict, series: dict) -> list[str]:
 
 def sweep_table(sweep: dict) -> list[str]:
     # variants without a config, beside the cfg: ones
-    extra = {"prequant", "in_kernel", "l2_hot", "one_kernel", "one_kernel_1x"}
+    extra = {"prequant", "in_kernel", "l2_hot", "one_kernel", "one_kernel_1x", "one_kernel_nopf"}
     names = sorted({v for variants in sweep.values() for v in variants if ":" in v or v in extra})
     lines = [
         "| shape | act. scale | M | default | " + " | ".join(names) + " |",

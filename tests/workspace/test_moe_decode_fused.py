@@ -114,7 +114,8 @@ src = ASTSource(
         if sig[n][0] == "*" or n in aligned
     },
 )
-c = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 3})
+options = {"num_warps": 4, "num_stages": 3, "launch_cooperative_grid": True}
+c = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 ptx = c.asm["ptx"]
 print(ptx.count("wgmma.mma_async"), ptx.count("prefetch.global.L2"), ptx.count("cp.async"))
 """
