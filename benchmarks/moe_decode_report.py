@@ -96,6 +96,11 @@ def anatomy_table(head: dict) -> list[str]:
     return lines
 
 
+def section(title: str, intro: str, table: list[str]) -> list[str]:
+    """A Markdown section: a blank line, ``## title``, the intro paragraph and the table."""
+    return ["", f"## {title}", "", intro, "", *table]
+
+
 def short(kernel: str) -> str:
     """A kernel's name without its template and argument lists (CUPTI gives C++ names)."""
     name = kernel.split("(")[0].split("<")[0].strip()
@@ -201,42 +206,33 @@ def main() -> int:
     ]
     kernels = breakdown_table({"v0.21.0": base, "series": series})
     if kernels:
-        lines += [
-            "",
-            "## Where the time goes",
-            "",
+        lines += section(
+            "Where the time goes",
             "Device time per call of each kernel, from profiled replays of the same graph "
             "(`harness.kernel_times`); span: first kernel start to last kernel end per call; "
             "gaps: span less the kernels' sum (negative where kernels overlap).",
-            "",
-            *kernels,
-        ]
+            kernels,
+        )
     if args.sweep:
         _, sweep_rows = harness.load(args.sweep)
-        lines += [
-            "",
-            f"## Tiles, split-K, stages and the dynamic scale (`{args.sweep}`)",
-            "",
+        lines += section(
+            f"Tiles, split-K, stages and the dynamic scale (`{args.sweep}`)",
             "Time in us of the decode kernels with the heuristic's config and its neighbours, "
             "and of `prequant` (vLLM's dynamic quantisation kernel, then the decode kernels) "
             "and `in_kernel` (the dynamic scale found in GEMM1 at any size); "
             "`default` there is the path as it stood in that run (its header names the tree).",
-            "",
-            *sweep_table(index(sweep_rows)),
-        ]
+            sweep_table(index(sweep_rows)),
+        )
     if args.anatomy:
         ah, _ = harness.load(args.anatomy)
-        lines += [
-            "",
-            f"## Fixed cost against streaming rate at one token (`{args.anatomy}`)",
-            "",
+        lines += section(
+            f"Fixed cost against streaming rate at one token (`{args.anatomy}`)",
             f"`{ah['command']}` ({ah['time']}, read bandwidth "
             f"{ah['read_bandwidth_Bps'] / 1e12:.2f} TB/s): each decode kernel's K grown "
             "(0.25-1x of the model's) with its grid and config fixed; a least-squares line "
             "`us = fixed + MB / rate` through its device times (profiled graph replays).",
-            "",
-            *anatomy_table(ah),
-        ]
+            anatomy_table(ah),
+        )
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     plot(base, series, out.with_suffix(".png"))
     print(f"wrote {out.with_suffix('.md')} and {out.with_suffix('.png')}")
