@@ -22,6 +22,12 @@ read bandwidth). Here one launch does both GEMMs:
 Triton's interpreter runs programs one after another: there only ``grid = 1`` cannot wait
 forever (the tests use it). Shapes and dtypes as ``fused_moe_fp8_decode``.
 
+First run on a GPU (from a tree with patch 0005, e.g. on the H200 host
+``cd /root/vllm-series && PYTHONPATH=/root/site:. python3 $WS/benchmarks/moe_decode_fused.py
+--check --out F``): ``compare_with_two_kernels`` on the interpreter test's cases and on the
+three layer shapes of ``bench_moe_decode.py`` at 1 and 2 tokens, static and dynamic scales, at
+grids 1, 8, 132 and 264, each grid in its own process under a timeout.
+
 ``_w13_item`` and ``_w2_item`` are copies of the two kernels' bodies (program ids made
 arguments, early returns made branches), kept here while the design is unmeasured; if it wins,
 patch 0005's kernels become thin wrappers of these two functions, so that one copy remains.
@@ -417,3 +423,152 @@ def fused_moe_fp8_decode_one_kernel(
         **({"launch_cooperative_grid": True} if device.type == "cuda" else {}),
     )  # fmt: skip
     return output
+
+
+# ---------------------------------------------------------------------------------------------
+# Same output as patch 0005's two kernels, bit for bit: the interpreter test (grid 1, CPU) and
+# the first run on a GPU (``python benchmarks/moe_decode_fused.py --check``) share this.
+
+FP8 = torch.float8_e4m3fn
+
+# (M, E, top-k, K, I, static scales, seed, (SPLIT_K1, SPLIT_K2) or None, expert map)
+SMALL_CASES = (
+    (1, 16, 4, 256, 96, True, 0, None, False),
+    (2, 16, 4, 256, 96, False, 1, None, False),
+    (2, 16, 4, 192, 64, False, 2, None, True),
+    (1, 16, 4, 1024, 256, True, 3, (4, 2), False),
+    (3, 8, 2, 1088, 200, False, 4, (2, 1), False),  # odd K and I
+)
+# the layer shapes of bench_moe_decode.py at 1 and 2 tokens (GPU only: too slow to interpret)
+LAYER_CASES = tuple(
+    (m, e, topk, k, i, static, 10 + m, None, False)
+    for (e, topk, k, i) in ((128, 8, 2048, 768), (256, 8, 7168, 256), (8, 2, 4096, 14336))
+    for m in (1, 2)
+    for static in (True, False)
+)
+
+
+def compare_with_two_kernels(
+    m: int,
+    e: int,
+    topk: int,
+    k: int,
+    i: int,
+    static: bool,
+    seed: int,
+    split: tuple[int, int] | None = None,
+    ep: bool = False,
+    device: str = "cpu",
+    grid: int = 1,
+    prefetch: bool = False,
+    sms: int = 132,
+) -> None:
+    """One layer on fresh random inputs (bf16 x of [m, k]; FP8 w1 [e, 2i, k], w2 [e, k, i];
+    fp32 per-expert weight scales; a token choosing an expert twice and one slot of expert -1;
+    ``ep``: every other expert local) through 0005's two kernels and through the one launch of
+    ``grid`` programs, twice (the second call starts from the counters the first one left).
+    Raises AssertionError unless both calls equal the two kernels bit for bit and the
+    counters are left zero. Equal, not close: both sum the same tiles in the same order."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=g).to(torch.bfloat16)
+    w1 = (torch.randn(e, 2 * i, k, generator=g) * 0.5).to(FP8)
+    w2 = (torch.randn(e, k, i, generator=g) * 0.5).to(FP8)
+    s1 = torch.rand(e, generator=g) * 0.01 + 0.005
+    s2 = torch.rand(e, generator=g) * 0.01 + 0.005
+    ids = torch.stack([torch.randperm(e, generator=g)[:topk] for _ in range(m)]).to(torch.int32)
+    ids[0, -1] = ids[0, 0]  # a token that chooses an expert twice
+    ids[-1, min(1, topk - 1)] = -1  # no expert
+    tw = torch.rand(m, topk, generator=g)
+    a1 = torch.full((1,), 0.02) if static else None
+    a2 = torch.full((1,), 0.05) if static else None
+    emap = None
+    if ep:
+        emap = torch.full((e,), -1, dtype=torch.int32)
+        local = torch.arange(0, e, 2)
+        emap[local] = torch.arange(local.numel(), dtype=torch.int32)
+        w1, w2, s1, s2 = w1[local], w2[local], s1[local], s2[local]
+    x, w1, w2, s1, s2, ids, tw = (t.to(device) for t in (x, w1, w2, s1, s2, ids, tw))
+    a1, a2, emap = (None if t is None else t.to(device) for t in (a1, a2, emap))
+    cfg = fd.get_decode_config(m, topk, k, i, sms)
+    if split:
+        cfg = dict(cfg, SPLIT_K1=split[0], SPLIT_K2=split[1], BLOCK_K1=128, BLOCK_K2=128)
+    two = torch.full((m, k), float("nan"), dtype=torch.bfloat16, device=device)
+    fd.fused_moe_fp8_decode(x, w1, w2, s1, s2, tw, ids, a1, a2, two, expert_map=emap, config=cfg)
+    for call in range(2):
+        out = torch.full((m, k), float("nan"), dtype=torch.bfloat16, device=device)
+        fused_moe_fp8_decode_one_kernel(
+            x,
+            w1,
+            w2,
+            s1,
+            s2,
+            tw,
+            ids,
+            a1,
+            a2,
+            out,
+            grid=grid,
+            expert_map=emap,
+            config=cfg,
+            prefetch=prefetch,
+        )
+        if device != "cpu":
+            torch.cuda.synchronize()
+        assert (_BUFFERS[out.device] == 0).all(), f"call {call}: counters not left zero"
+        assert not two.isnan().any() and two.abs().max() > 0, "two kernels: NaN or all zero"
+        diff = (out.float() - two.float()).abs().max().item()
+        assert torch.equal(out, two), f"call {call}: differs from the two kernels by {diff}"
+
+
+def _check_one_grid(grid: int, prefetch: bool) -> None:
+    """Every case at one grid on the current GPU; prints one line per case."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for c in SMALL_CASES + LAYER_CASES:
+        compare_with_two_kernels(*c, device="cuda", grid=grid, prefetch=prefetch, sms=sms)
+        print(f"grid {grid} prefetch {prefetch} case {c}: equal", flush=True)
+
+
+def main() -> int:
+    """``--check``: the first run on a GPU. Each grid in its own process under ``--timeout``
+    seconds (a grid that is not all resident would spin; the cooperative launch should refuse
+    it instead, and the timeout catches it if not). Exit status 0 only if every grid passed."""
+    import argparse
+    import json
+    import subprocess
+    import sys
+
+    ap = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
+    ap.add_argument("--check", action="store_true", help="compare with 0005 on this GPU")
+    ap.add_argument("--grids", type=int, nargs="+", default=[1, 8, 132, 264])
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per grid")
+    ap.add_argument("--one-grid", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--no-prefetch", action="store_true")
+    ap.add_argument("--out", help="JSON file for the outcomes")
+    args = ap.parse_args()
+    if args.one_grid is not None:
+        _check_one_grid(args.one_grid, not args.no_prefetch)
+        return 0
+    if not args.check:
+        ap.error("nothing to do: give --check")
+    results = []
+    for grid in args.grids:
+        cmd = [sys.executable, __file__, "--one-grid", str(grid)]
+        cmd += ["--no-prefetch"] if args.no_prefetch else []
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+            outcome = "passed" if p.returncode == 0 else f"failed (exit {p.returncode})"
+            tail = (p.stdout + p.stderr)[-1500:]
+        except subprocess.TimeoutExpired as e:
+            outcome, tail = f"timed out after {args.timeout:.0f} s", str(e.stdout or "")[-1500:]
+        print(f"=== grid {grid}: {outcome}\n{tail}", flush=True)
+        results.append(
+            {"grid": grid, "prefetch": not args.no_prefetch, "outcome": outcome, "tail": tail}
+        )
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0 if all(r["outcome"] == "passed" for r in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -13,6 +13,7 @@ host's time limit still leaves what it finished.
 """
 
 import argparse
+import importlib.util
 import os
 import sys
 import time
@@ -129,6 +130,11 @@ def compare(
     return report(lines, problems, []), not problems
 
 
+def has_xdist() -> bool:
+    """Whether the interpreter that runs pytest here (this one) has pytest-xdist."""
+    return importlib.util.find_spec("xdist") is not None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--base", type=Path, help="the unpatched tree (omit: patched only)")
@@ -148,6 +154,13 @@ def main(argv: list[str] | None = None) -> int:
     if not sels:
         print("upstream: no selection to run", file=sys.stderr)
         return 5
+    if any(int(s.get("jobs", a.jobs)) > 1 for s in sels) and not has_xdist():
+        print(
+            f"upstream: --jobs {a.jobs} needs pytest-xdist, which {sys.executable} cannot "
+            "import; install it (pip install pytest-xdist) or run with --jobs 1",
+            file=sys.stderr,
+        )
+        return 2
     text, ok = compare(a.base, a.patched, sels, a.work, a.pythonpath, a.jobs, a.out)
     print(text)
     return 0 if ok else 1

@@ -100,3 +100,20 @@ def test_only_picks_by_patch_path_or_exact_name():
     ]
     assert upstream.pick(sels, []) == sels
     assert upstream.pick(sels, ["no-such-selection"]) == []
+
+
+def test_jobs_without_xdist_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    """--jobs N where pytest-xdist is missing: exit 2 with what to install, before any run
+    (pytest's own usage error would read as "collected no test")."""
+    base, patched = tree(tmp_path / "b", 1), tree(tmp_path / "p", 1)
+    sel = tmp_path / "sel.toml"
+    sel.write_text('[[select]]\npatch = "x"\npath = "tests/test_k.py"\n')
+    monkeypatch.setattr(upstream, "has_xdist", lambda: False)
+    ran = []
+    monkeypatch.setattr(upstream, "run_selection", lambda *a, **k: ran.append(a))
+    args = ["--base", str(base), "--patched", str(patched), "--select", str(sel)]
+    assert upstream.main(args + ["--jobs", "4", "--work", str(tmp_path / "w")]) == 2
+    assert "needs pytest-xdist" in capsys.readouterr().err and not ran
+    monkeypatch.undo()  # the real check and runner: --jobs 1 does not need xdist
+    monkeypatch.setattr(upstream, "has_xdist", lambda: False)
+    assert upstream.main(args + ["--jobs", "1", "--work", str(tmp_path / "w1")]) == 0
