@@ -20,10 +20,12 @@ it runs in (``--variant`` names it). Variants per row:
 - ``in_kernel`` (dynamic scales, M in ``--sweep-batches``): the decode path with the dynamic
   scale always found in GEMM1, whatever ``_IN_KERNEL_SCALE_MAX_ELEMS`` says; with
   ``prequant`` beside it, the two sides of that threshold at each shape and batch;
-- ``one_kernel``, ``one_kernel_1x``, ``one_kernel_nopf`` (``--one-kernel``, M in
-  ``--sweep-batches``): the experimental one-launch persistent kernel of ``moe_decode_fused.py``
-  (not in any patch) with 2 and 1 programs per SM, and 2 without the L2 prefetch of GEMM2's
-  weights, the heuristic's config: the candidate for the 55% goal (issue 13);
+- ``one_kernel``, ``one_kernel_1x``, ``one_kernel_early``, ``one_kernel_nopf``
+  (``--one-kernel``, M in ``--sweep-batches``): the experimental one-launch persistent kernel
+  of ``moe_decode_fused.py`` (not in any patch) with 2 and 1 programs per SM prefetching each
+  GEMM2 tile's weights into L2 before its wait, 2 per SM prefetching all of them before GEMM1
+  (``early``), and 2 without the prefetch; the heuristic's config: the candidate for the 55%
+  goal (issue 13);
 - ``l2_hot`` (M in ``--sweep-batches``): ``default`` with one routing repeated, so that its
   experts' weights stay in L2: the floor of the path when HBM bandwidth is not the limit.
   Its roofline % is not one (the bytes do not come from HBM).
@@ -229,9 +231,10 @@ class Case:
 
         return run
 
-    def one_kernel(self, k: int, cfg: dict, grid: int, prefetch: bool = True):
+    def one_kernel(self, k: int, cfg: dict, grid: int, prefetch: str = "item"):
         """moe_decode_fused.py's one persistent launch with ``grid`` programs (``prefetch``:
-        GEMM2's weights into L2 before its wait), on routing k."""
+        GEMM2's weights into L2 before each item's wait, "early" before GEMM1, or "none"),
+        on routing k."""
         import moe_decode_fused
 
         w1, w2, s1, s2 = self.layer
@@ -325,7 +328,12 @@ def measure(
     if case.scale == "dynamic":
         add("prequant", [case.prequant(k) for k in range(n)])
         add("in_kernel", [case.in_kernel(k) for k in range(n)])
-    variants = (("one_kernel", 2, True), ("one_kernel_1x", 1, True), ("one_kernel_nopf", 2, False))
+    variants = (
+        ("one_kernel", 2, "item"),
+        ("one_kernel_1x", 1, "item"),
+        ("one_kernel_early", 2, "early"),
+        ("one_kernel_nopf", 2, "none"),
+    )
     for name, per_sm, prefetch in variants if one_kernel else ():
         try:
             grid = per_sm * num_sms

@@ -57,6 +57,46 @@ def _prefetch_l2(ptrs):
 
 
 @triton.jit
+def _prefetch_w2_tile(
+    w2_ptr, e, first, w_row, n_ok, k_begin, k_end, stride_w2e, PREFETCH_LINES: tl.constexpr
+):
+    """L2 prefetch of one GEMM2 tile's weights (rows ``w_row`` of expert ``e``, K in
+    [k_begin, k_end)), only for the item that does the expert's work (``first``)."""
+    if (e >= 0) & (first != 0):
+        # the 128-byte lines of this tile's weights: [BLOCK_N rows, lines of the split]
+        offs_l = tl.arange(0, PREFETCH_LINES) * 128
+        ok = n_ok[:, None] & (k_begin + offs_l[None, :] < k_end)
+        # lines outside the tile (rows past N, K past the split) ask for the expert's first
+        # line instead: a valid, redundant address
+        w_e = w2_ptr + e.to(tl.int64) * stride_w2e
+        _prefetch_l2(tl.where(ok, w_row[:, None] + k_begin + offs_l[None, :], w_e))
+
+
+@triton.jit
+def _prefetch_w2_items(
+    first2, n2_items, grid, w2_ptr, topk_ids_ptr, expert_map_ptr, M, topk, N, inter,
+    stride_w2e, stride_w2n, N_N_TILES, HAS_EXPERT_MAP: tl.constexpr, SPLIT_K2: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K2: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_P: tl.constexpr, TOPK_P: tl.constexpr, PREFETCH_LINES: tl.constexpr,
+):  # fmt: skip
+    """``PREFETCH == 2``: before its GEMM1 items, a program asks L2 for the weights of every
+    GEMM2 item it will do (item = first2 + j * grid), so that all of GEMM2's weights are in
+    flight while GEMM1 runs, not only those of programs whose GEMM1 items end early."""
+    tiles_per_split = tl.cdiv(tl.cdiv(inter, BLOCK_K2), SPLIT_K2)
+    for item in range(first2, n2_items, grid):
+        slot, pid_n, pid_k, e, first, has, kk, match = _item_expert(
+            item, N_N_TILES, topk_ids_ptr, expert_map_ptr, M, topk, SPLIT_K2,
+            HAS_EXPERT_MAP, BLOCK_T, BLOCK_P, TOPK_P,
+        )  # fmt: skip
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        k_begin = pid_k * tiles_per_split * BLOCK_K2
+        k_end = tl.minimum(k_begin + tiles_per_split * BLOCK_K2, inter)
+        w_row = w2_ptr + e.to(tl.int64) * stride_w2e + offs_n.to(tl.int64) * stride_w2n
+        _prefetch_w2_tile(w2_ptr, e, first, w_row, offs_n < N, k_begin, k_end, stride_w2e,
+                          PREFETCH_LINES)  # fmt: skip
+
+
+@triton.jit
 def _item_expert(
     item, n_tiles, topk_ids_ptr, expert_map_ptr, M, topk, SPLIT: tl.constexpr,
     HAS_EXPERT_MAP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr,
@@ -172,15 +212,9 @@ def _w2_item(
     k_begin = pid_k * tiles_per_split * BLOCK_K2
     k_end = tl.minimum(k_begin + tiles_per_split * BLOCK_K2, inter)
     w_row = w2_ptr + e.to(tl.int64) * stride_w2e + offs_n.to(tl.int64) * stride_w2n
-    if PREFETCH:  # noqa: SIM102 (a constexpr and a runtime condition: two ifs in Triton)
-        if (e >= 0) & (first != 0):
-            # the 128-byte lines of this tile's weights: [BLOCK_N rows, lines of the split]
-            offs_l = tl.arange(0, PREFETCH_LINES) * 128
-            ok = n_ok[:, None] & (k_begin + offs_l[None, :] < k_end)
-            # lines outside the tile (rows past N, K past the split) ask for the expert's first
-            # line instead: a valid, redundant address
-            w_e = w2_ptr + e.to(tl.int64) * stride_w2e
-            _prefetch_l2(tl.where(ok, w_row[:, None] + k_begin + offs_l[None, :], w_e))
+    if PREFETCH == 1:
+        _prefetch_w2_tile(w2_ptr, e, first, w_row, n_ok, k_begin, k_end, stride_w2e,
+                          PREFETCH_LINES)  # fmt: skip
     if (e < 0) | (first != 0):
         acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
         offs_kp = tl.arange(0, TOPK_P)
@@ -288,6 +322,14 @@ def _moe_decode_fused_kernel(
 ):  # fmt: skip
     pid = tl.program_id(0)
     grid = tl.num_programs(0)
+    # GEMM2 items follow this program's GEMM1 items in the round-robin order
+    first2 = (pid - n1_items % grid + grid) % grid
+    if PREFETCH == 2:
+        _prefetch_w2_items(
+            first2, n2_items, grid, w2_ptr, topk_ids_ptr, expert_map_ptr, M, topk, N, inter,
+            stride_w2e, stride_w2n, N_N_TILES, HAS_EXPERT_MAP, SPLIT_K2, BLOCK_N, BLOCK_K2,
+            BLOCK_T, BLOCK_P, TOPK_P, PREFETCH_LINES,
+        )  # fmt: skip
     for item in range(pid, n1_items, grid):
         _w13_item(
             item, x_ptr, a1_scale_ptr, w1_ptr, w1_scale_ptr, topk_ids_ptr, expert_map_ptr,
@@ -297,8 +339,6 @@ def _moe_decode_fused_kernel(
         )  # fmt: skip
         tl.debug_barrier()
         tl.atomic_add(sync_ptr, 1, sem="release", scope="gpu")
-    # GEMM2 items follow this program's GEMM1 items in the round-robin order
-    first2 = (pid - n1_items % grid + grid) % grid
     for item in range(first2, n2_items, grid):
         _w2_item(
             item, h_ptr, amax_ptr, a2_scale_ptr, w2_ptr, w2_scale_ptr, topk_ids_ptr,
@@ -357,12 +397,16 @@ def fused_moe_fp8_decode_one_kernel(
     grid: int,
     expert_map: torch.Tensor | None = None,
     config: dict[str, int] | None = None,
-    prefetch: bool = True,
+    prefetch: bool | str = True,
 ) -> torch.Tensor:
     """``fd.fused_moe_fp8_decode`` (same arguments, bf16/fp16 input) in one persistent launch
     of ``grid`` programs, which must all be resident at once on a GPU (1 in Triton's
-    interpreter). ``prefetch``: GEMM2 items prefetch their weights into L2 (False in the
-    interpreter, which has no inline PTX)."""
+    interpreter). ``prefetch``: GEMM2's weights into L2 ahead of use: ``"item"`` (or True) each
+    GEMM2 item before its wait, ``"early"`` every program for all its GEMM2 items before its
+    GEMM1 items, ``"none"`` (or False; the interpreter has no inline PTX)."""
+    modes = {False: 0, "none": 0, True: 1, "item": 1, "early": 2}
+    if prefetch not in modes:
+        raise ValueError(f"prefetch={prefetch!r}: one of 'none', 'item', 'early' (or a bool)")
     M, K = hidden_states.shape
     topk = topk_ids.size(1)
     inter, N = w2.size(2), w2.size(1)
@@ -410,7 +454,7 @@ def fused_moe_fp8_decode_one_kernel(
         BLOCK_P=max(16, triton.next_power_of_2(fd.DECODE_MAX_TOKENS * topk)),
         TOPK_P=max(2, triton.next_power_of_2(topk)),
         BLOCK_A=1024,
-        PREFETCH=prefetch,
+        PREFETCH=modes[prefetch],
         # lines of 128 bytes in one split of a weight row (a power of two for tl.arange)
         PREFETCH_LINES=triton.next_power_of_2(
             triton.cdiv(triton.cdiv(triton.cdiv(inter, config["BLOCK_K2"]), split2)
@@ -520,7 +564,7 @@ def compare_with_two_kernels(
         assert torch.equal(out, two), f"call {call}: differs from the two kernels by {diff}"
 
 
-def _check_one_grid(grid: int, prefetch: bool) -> None:
+def _check_one_grid(grid: int, prefetch: str) -> None:
     """Every case at one grid on the current GPU; prints one line per case."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for c in SMALL_CASES + LAYER_CASES:
@@ -542,18 +586,18 @@ def main() -> int:
     ap.add_argument("--grids", type=int, nargs="+", default=[1, 8, 132, 264])
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per grid")
     ap.add_argument("--one-grid", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--no-prefetch", action="store_true")
+    ap.add_argument("--prefetch", choices=("none", "item", "early"), default="item")
     ap.add_argument("--out", help="JSON file for the outcomes")
     args = ap.parse_args()
     if args.one_grid is not None:
-        _check_one_grid(args.one_grid, not args.no_prefetch)
+        _check_one_grid(args.one_grid, args.prefetch)
         return 0
     if not args.check:
         ap.error("nothing to do: give --check")
     results = []
     for grid in args.grids:
         cmd = [sys.executable, __file__, "--one-grid", str(grid)]
-        cmd += ["--no-prefetch"] if args.no_prefetch else []
+        cmd += ["--prefetch", args.prefetch]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
             outcome = "passed" if p.returncode == 0 else f"failed (exit {p.returncode})"
@@ -561,9 +605,7 @@ def main() -> int:
         except subprocess.TimeoutExpired as e:
             outcome, tail = f"timed out after {args.timeout:.0f} s", str(e.stdout or "")[-1500:]
         print(f"=== grid {grid}: {outcome}\n{tail}", flush=True)
-        results.append(
-            {"grid": grid, "prefetch": not args.no_prefetch, "outcome": outcome, "tail": tail}
-        )
+        results.append({"grid": grid, "prefetch": args.prefetch, "outcome": outcome, "tail": tail})
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)

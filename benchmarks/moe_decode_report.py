@@ -56,8 +56,15 @@ def table(base: dict, series: dict) -> list[str]:
 
 def sweep_table(sweep: dict) -> list[str]:
     # variants without a config, beside the cfg: ones
-    extra = {"prequant", "in_kernel", "l2_hot", "one_kernel", "one_kernel_1x", "one_kernel_nopf"}
-    names = sorted({v for variants in sweep.values() for v in variants if ":" in v or v in extra})
+    extra = {"prequant", "in_kernel", "l2_hot"}
+    names = sorted(
+        {
+            v
+            for variants in sweep.values()
+            for v in variants
+            if ":" in v or v in extra or v.startswith("one_kernel")
+        }
+    )
     lines = [
         "| shape | act. scale | M | default | " + " | ".join(names) + " |",
         "|---|---|---|---|" + "---|" * len(names),

@@ -51,7 +51,7 @@ types.update(
 consts = dict(
     A_MODE=1, A2_MODE=1, MUL_ROUTED_WEIGHT=True, HAS_EXPERT_MAP=False, SPLIT_K1=4,
     SPLIT_K2=1, BLOCK_I=32, BLOCK_K1=256, BLOCK_N=64, BLOCK_K2=128, BLOCK_T=16, BLOCK_P=128,
-    TOPK_P=8, BLOCK_A=1024, PREFETCH=True, PREFETCH_LINES=8,
+    TOPK_P=8, BLOCK_A=1024, PREFETCH=int(sys.argv[2]), PREFETCH_LINES=8,
 )
 # sizes and strides divisible by 16, as Triton specialises them for real layer shapes
 aligned = ("K", "inter", "N", "stride_xm", "stride_w1e", "stride_w1n", "stride_hm",
@@ -75,12 +75,12 @@ print(ptx.count("wgmma.mma_async"), ptx.count("prefetch.global.L2"), ptx.count("
 """
 
 
-def run(code: str, interpret: bool) -> subprocess.CompletedProcess:
+def run(code: str, interpret: bool, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     if interpret:
         env["TRITON_INTERPRET"] = "1"
     return subprocess.run(
-        [sys.executable, "-c", code, str(ROOT / "benchmarks")],
+        [sys.executable, "-c", code, str(ROOT / "benchmarks"), *args],
         env=env,
         capture_output=True,
         text=True,
@@ -95,8 +95,9 @@ def test_one_kernel_equals_the_two_kernels_in_the_interpreter():
     )
 
 
-def test_one_kernel_compiles_for_sm90_with_wgmma_and_the_l2_prefetch():
-    p = run(PTX, interpret=False)
+@pytest.mark.parametrize("prefetch", ["1", "2"], ids=["item", "early"])
+def test_one_kernel_compiles_for_sm90_with_wgmma_and_the_l2_prefetch(prefetch):
+    p = run(PTX, False, prefetch)
     assert p.returncode == 0, p.stderr[-4000:]
-    wgmma, prefetch, cp_async = map(int, p.stdout.split()[-3:])
-    assert wgmma > 0 and prefetch > 0 and cp_async > 0, p.stdout
+    wgmma, l2_prefetch, cp_async = map(int, p.stdout.split()[-3:])
+    assert wgmma > 0 and l2_prefetch > 0 and cp_async > 0, p.stdout
