@@ -35,6 +35,8 @@ patch 0005's kernels become thin wrappers of these two functions, so that one co
 
 from __future__ import annotations
 
+import os
+
 import torch
 from vllm.model_executor.layers.fused_moe import fused_moe_decode as fd
 from vllm.triton_utils import tl, triton
@@ -84,7 +86,7 @@ def _prefetch_w2_items(
     flight while GEMM1 runs, not only those of programs whose GEMM1 items end early."""
     tiles_per_split = tl.cdiv(tl.cdiv(inter, BLOCK_K2), SPLIT_K2)
     for item in range(first2, n2_items, grid):
-        slot, pid_n, pid_k, e, first, has, kk, match = _item_expert(
+        _, pid_n, pid_k, e, first, _, _, _ = _item_expert(
             item, N_N_TILES, topk_ids_ptr, expert_map_ptr, M, topk, SPLIT_K2,
             HAS_EXPERT_MAP, BLOCK_T, BLOCK_P, TOPK_P,
         )  # fmt: skip
@@ -403,10 +405,16 @@ def fused_moe_fp8_decode_one_kernel(
     of ``grid`` programs, which must all be resident at once on a GPU (1 in Triton's
     interpreter). ``prefetch``: GEMM2's weights into L2 ahead of use: ``"item"`` (or True) each
     GEMM2 item before its wait, ``"early"`` every program for all its GEMM2 items before its
-    GEMM1 items, ``"none"`` (or False; the interpreter has no inline PTX)."""
+    GEMM1 items, ``"none"`` (or False; the interpreter has no inline PTX). ``"early"`` asks
+    for all of GEMM2's weights before GEMM1 streams w1 through L2 (about 50 MB on an H200):
+    one token of Qwen3-30B-A3B or DeepSeek-V3 TP8 fits (12-14 MiB of w2), Mixtral-8x7B
+    (112 MiB) does not, and its prefetched lines are likely evicted before use; the benchmark
+    decides per shape."""
     modes = {False: 0, "none": 0, True: 1, "item": 1, "early": 2}
-    if prefetch not in modes:
+    if type(prefetch) not in (bool, str) or prefetch not in modes:
         raise ValueError(f"prefetch={prefetch!r}: one of 'none', 'item', 'early' (or a bool)")
+    if modes[prefetch] and os.environ.get("TRITON_INTERPRET") == "1":
+        raise ValueError(f"prefetch={prefetch!r}: the interpreter has no inline PTX; use 'none'")
     M, K = hidden_states.shape
     topk = topk_ids.size(1)
     inter, N = w2.size(2), w2.size(1)
@@ -414,6 +422,8 @@ def fused_moe_fp8_decode_one_kernel(
     # bf16/fp16 input only (0005's pre-quantized FP8 input is not a mode here), rows by stride
     assert hidden_states.dtype in (torch.bfloat16, torch.float16)
     assert hidden_states.stride(-1) == 1 and output.stride(-1) == 1
+    # FP8 weights with K contiguous: the tiles and the prefetch's 128-byte lines assume it
+    assert w1.dtype == w2.dtype == FP8 and w1.stride(2) == 1 and w2.stride(2) == 1
     device = hidden_states.device
     if config is None:
         sms = torch.cuda.get_device_properties(device).multi_processor_count
@@ -456,10 +466,11 @@ def fused_moe_fp8_decode_one_kernel(
         BLOCK_A=1024,
         PREFETCH=modes[prefetch],
         # lines of 128 bytes in one split of a weight row (a power of two for tl.arange)
+        # (1 without a prefetch: no variant of its own)
         PREFETCH_LINES=triton.next_power_of_2(
             triton.cdiv(triton.cdiv(triton.cdiv(inter, config["BLOCK_K2"]), split2)
                         * config["BLOCK_K2"], 128)
-        ),
+        ) if modes[prefetch] else 1,
         num_warps=config["num_warps"],
         num_stages=config["num_stages"],
         # a cooperative launch fails (too large) where the grid cannot be resident at once,
@@ -504,7 +515,7 @@ def compare_with_two_kernels(
     ep: bool = False,
     device: str = "cpu",
     grid: int = 1,
-    prefetch: bool = False,
+    prefetch: str = "none",
     sms: int = 132,
 ) -> None:
     """One layer on fresh random inputs (bf16 x of [m, k]; FP8 w1 [e, 2i, k], w2 [e, k, i];

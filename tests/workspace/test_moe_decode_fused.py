@@ -1,7 +1,8 @@
 """The experimental one-launch FP8 MoE decode kernel (benchmarks/moe_decode_fused.py, issue 13)
 on a CPU host: in Triton's interpreter it gives the same output, bit for bit, as patch 0005's two
 kernels (same tiles, sums and order), leaves its counters zero for the next call, and it
-compiles for sm_90 with wgmma, pipelined weight loads and the L2 prefetch of GEMM2's weights.
+compiles for sm_90 with wgmma, pipelined weight loads and the L2 prefetch of GEMM2's weights
+("early": before GEMM1's wgmma), and refuses an unknown prefetch mode by name.
 Both run in a fresh interpreter (Triton reads TRITON_INTERPRET at import; CUDA hidden so that
 vLLM loads the real Triton, not its placeholder)."""
 
@@ -30,6 +31,23 @@ import moe_decode_fused as mf
 for c in mf.SMALL_CASES:
     mf.compare_with_two_kernels(*c)  # CPU, grid 1, no prefetch (no inline PTX here)
 print("OK")
+"""
+
+BAD_MODES = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import moe_decode_fused as mf
+
+# the modes are checked before any tensor is read: no tensors needed
+cases = [("late", "one of"), (2, "one of"), (None, "one of"), ("item", "interpreter")]
+said = []
+for mode, why in cases:
+    try:
+        mf.fused_moe_fp8_decode_one_kernel(*[None] * 10, grid=1, prefetch=mode)
+    except ValueError as e:
+        assert why in str(e), (mode, str(e))
+        said.append(why)
+print(said.count("one of"), said[-1])
 """
 
 PTX = r"""
@@ -71,7 +89,8 @@ src = ASTSource(
 options = {"num_warps": 4, "num_stages": 3, "launch_cooperative_grid": True}
 c = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 ptx = c.asm["ptx"]
-print(ptx.count("wgmma.mma_async"), ptx.count("prefetch.global.L2"), ptx.count("cp.async"))
+print(ptx.count("wgmma.mma_async"), ptx.count("prefetch.global.L2"), ptx.count("cp.async"),
+      ptx.index("prefetch.global.L2") < ptx.index("wgmma.mma_async"))
 """
 
 
@@ -99,5 +118,16 @@ def test_one_kernel_equals_the_two_kernels_in_the_interpreter():
 def test_one_kernel_compiles_for_sm90_with_wgmma_and_the_l2_prefetch(prefetch):
     p = run(PTX, False, prefetch)
     assert p.returncode == 0, p.stderr[-4000:]
-    wgmma, l2_prefetch, cp_async = map(int, p.stdout.split()[-3:])
+    *counts, prefetch_first = p.stdout.split()[-4:]
+    wgmma, l2_prefetch, cp_async = map(int, counts)
     assert wgmma > 0 and l2_prefetch > 0 and cp_async > 0, p.stdout
+    # "early" asks for GEMM2's weights before GEMM1's wgmma; "item" only in the GEMM2 items
+    assert prefetch_first == str(prefetch == "2"), p.stdout
+
+
+def test_prefetch_modes_are_checked():
+    p = run(BAD_MODES, interpret=True)
+    # three bad modes refused by name, a prefetch refused in the interpreter (vLLM's import may
+    # print warnings first)
+    said = p.stdout.split()[-2:]
+    assert p.returncode == 0 and said == ["3", "interpreter"], p.stdout + p.stderr[-3000:]
