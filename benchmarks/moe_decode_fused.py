@@ -75,6 +75,22 @@ def _prefetch_w2_tile(
 
 
 @triton.jit
+def _w2_tile(
+    pid_n, pid_k, e, w2_ptr, N, inter, stride_w2e, stride_w2n, SPLIT_K2: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K2: tl.constexpr,
+):  # fmt: skip
+    """A GEMM2 tile's rows ``offs_n`` [BLOCK_N], their K range [k_begin, k_end) of this split
+    (``tiles_per_split`` steps of BLOCK_K2) and the row pointers ``w_row`` [BLOCK_N] into
+    expert ``e``'s w2 (FP8, K contiguous)."""
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    tiles_per_split = tl.cdiv(tl.cdiv(inter, BLOCK_K2), SPLIT_K2)
+    k_begin = pid_k * tiles_per_split * BLOCK_K2
+    k_end = tl.minimum(k_begin + tiles_per_split * BLOCK_K2, inter)
+    w_row = w2_ptr + e.to(tl.int64) * stride_w2e + offs_n.to(tl.int64) * stride_w2n
+    return offs_n, tiles_per_split, k_begin, k_end, w_row
+
+
+@triton.jit
 def _prefetch_w2_items(
     first2, n2_items, grid, w2_ptr, topk_ids_ptr, expert_map_ptr, M, topk, N, inter,
     stride_w2e, stride_w2n, N_N_TILES, HAS_EXPERT_MAP: tl.constexpr, SPLIT_K2: tl.constexpr,
@@ -84,16 +100,15 @@ def _prefetch_w2_items(
     """``PREFETCH == 2``: before its GEMM1 items, a program asks L2 for the weights of every
     GEMM2 item it will do (item = first2 + j * grid), so that all of GEMM2's weights are in
     flight while GEMM1 runs, not only those of programs whose GEMM1 items end early."""
-    tiles_per_split = tl.cdiv(tl.cdiv(inter, BLOCK_K2), SPLIT_K2)
     for item in range(first2, n2_items, grid):
         _, pid_n, pid_k, e, first, _, _, _ = _item_expert(
             item, N_N_TILES, topk_ids_ptr, expert_map_ptr, M, topk, SPLIT_K2,
             HAS_EXPERT_MAP, BLOCK_T, BLOCK_P, TOPK_P,
         )  # fmt: skip
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        k_begin = pid_k * tiles_per_split * BLOCK_K2
-        k_end = tl.minimum(k_begin + tiles_per_split * BLOCK_K2, inter)
-        w_row = w2_ptr + e.to(tl.int64) * stride_w2e + offs_n.to(tl.int64) * stride_w2n
+        offs_n, _, k_begin, k_end, w_row = _w2_tile(
+            pid_n, pid_k, e, w2_ptr, N, inter, stride_w2e, stride_w2n, SPLIT_K2, BLOCK_N,
+            BLOCK_K2,
+        )  # fmt: skip
         _prefetch_w2_tile(w2_ptr, e, first, w_row, offs_n < N, k_begin, k_end, stride_w2e,
                           PREFETCH_LINES)  # fmt: skip
 
@@ -208,12 +223,10 @@ def _w2_item(
         HAS_EXPERT_MAP, BLOCK_T, BLOCK_P, TOPK_P,
     )  # fmt: skip
     offs_t = tl.arange(0, BLOCK_T)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_n, tiles_per_split, k_begin, k_end, w_row = _w2_tile(
+        pid_n, pid_k, e, w2_ptr, N, inter, stride_w2e, stride_w2n, SPLIT_K2, BLOCK_N, BLOCK_K2
+    )  # fmt: skip
     n_ok = offs_n < N
-    tiles_per_split = tl.cdiv(tl.cdiv(inter, BLOCK_K2), SPLIT_K2)
-    k_begin = pid_k * tiles_per_split * BLOCK_K2
-    k_end = tl.minimum(k_begin + tiles_per_split * BLOCK_K2, inter)
-    w_row = w2_ptr + e.to(tl.int64) * stride_w2e + offs_n.to(tl.int64) * stride_w2n
     if PREFETCH == 1:
         _prefetch_w2_tile(w2_ptr, e, first, w_row, n_ok, k_begin, k_end, stride_w2e,
                           PREFETCH_LINES)  # fmt: skip
