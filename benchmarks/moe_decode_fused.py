@@ -412,20 +412,20 @@ def fused_moe_fp8_decode_one_kernel(
     grid: int,
     expert_map: torch.Tensor | None = None,
     config: dict[str, int] | None = None,
-    prefetch: bool | str = True,
+    prefetch: str = "item",
 ) -> torch.Tensor:
     """``fd.fused_moe_fp8_decode`` (same arguments, bf16/fp16 input) in one persistent launch
     of ``grid`` programs, which must all be resident at once on a GPU (1 in Triton's
-    interpreter). ``prefetch``: GEMM2's weights into L2 ahead of use: ``"item"`` (or True) each
+    interpreter). ``prefetch``: GEMM2's weights into L2 ahead of use: ``"item"`` each
     GEMM2 item before its wait, ``"early"`` every program for all its GEMM2 items before its
-    GEMM1 items, ``"none"`` (or False; the interpreter has no inline PTX). ``"early"`` asks
-    for all of GEMM2's weights before GEMM1 streams w1 through L2 (about 50 MB on an H200):
-    one token of Qwen3-30B-A3B or DeepSeek-V3 TP8 fits (12-14 MiB of w2), Mixtral-8x7B
-    (112 MiB) does not, and its prefetched lines are likely evicted before use; the benchmark
-    decides per shape."""
-    modes = {False: 0, "none": 0, True: 1, "item": 1, "early": 2}
-    if type(prefetch) not in (bool, str) or prefetch not in modes:
-        raise ValueError(f"prefetch={prefetch!r}: one of 'none', 'item', 'early' (or a bool)")
+    GEMM1 items, ``"none"`` (the only mode in the interpreter, which has no inline PTX).
+    ``"early"`` asks for all of GEMM2's weights before GEMM1 streams w1 through L2 (about 50 MB
+    on an H200): one token of Qwen3-30B-A3B or DeepSeek-V3 TP8 fits (12-14 MiB of w2),
+    Mixtral-8x7B (112 MiB) does not, and its prefetched lines are likely evicted before use;
+    the benchmark decides per shape."""
+    modes = {"none": 0, "item": 1, "early": 2}
+    if not isinstance(prefetch, str) or prefetch not in modes:
+        raise ValueError(f"prefetch={prefetch!r}: one of 'none', 'item', 'early'")
     if modes[prefetch] and os.environ.get("TRITON_INTERPRET") == "1":
         raise ValueError(f"prefetch={prefetch!r}: the interpreter has no inline PTX; use 'none'")
     M, K = hidden_states.shape
@@ -620,8 +620,7 @@ def main() -> int:
         ap.error("nothing to do: give --check")
     results = []
     for grid in args.grids:
-        cmd = [sys.executable, __file__, "--one-grid", str(grid)]
-        cmd += ["--prefetch", args.prefetch]
+        cmd = [sys.executable, __file__, "--one-grid", str(grid), "--prefetch", args.prefetch]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
             outcome = "passed" if p.returncode == 0 else f"failed (exit {p.returncode})"
