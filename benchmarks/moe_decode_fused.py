@@ -1,7 +1,13 @@
 """Experimental (issue 13): the per-tensor FP8 MoE decode layer in ONE persistent kernel.
 
-Not part of any patch and not measured yet: a candidate for the 55% goal, to be timed as a
-variant of ``bench_moe_decode.py`` before it could become a patch. Patch 0005 runs the layer
+Not part of any patch and not timed yet: a candidate for the 55% goal, to be timed as a
+variant of ``bench_moe_decode.py`` before it could become a patch. First GPU run (H200 round 10,
+``benchmarks/results/raw/round10/chk/``): at grid 1, bit-equal to patch 0005's two kernels on
+the five small cases and the Qwen3-30B-A3B layer at 1 and 2 tokens, static and dynamic scales,
+with ``prefetch="item"`` and ``"early"`` (and DeepSeek-V3 TP8 at one token, static, with
+"early"); the 90 s per grid ran out there (a second process shared the host's cores), so the
+grids that exercise the cross-program wait (8, 132, 264) have not run. ``--check`` now takes
+them first and writes its JSON after every grid. Patch 0005 runs the layer
 as two kernels, each with a fixed cost of ~4 us per call on an H200 (``moe_decode.md``,
 anatomy: Qwen3-30B-A3B static, GEMM1 3.8 us + GEMM2 4.5 us fixed, streaming at 84-85% of the
 read bandwidth). Here one launch does both GEMMs:
@@ -607,8 +613,9 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="compare with 0005 on this GPU")
-    ap.add_argument("--grids", type=int, nargs="+", default=[1, 8, 132, 264])
-    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per grid")
+    # the grids whose programs wait on each other first: grid 1 only checks the item bodies
+    ap.add_argument("--grids", type=int, nargs="+", default=[132, 264, 8, 1])
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per grid")
     ap.add_argument("--one-grid", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--prefetch", choices=("none", "item", "early"), default="item")
     ap.add_argument("--out", help="JSON file for the outcomes")
@@ -626,12 +633,13 @@ def main() -> int:
             outcome = "passed" if p.returncode == 0 else f"failed (exit {p.returncode})"
             tail = (p.stdout + p.stderr)[-1500:]
         except subprocess.TimeoutExpired as e:
-            outcome, tail = f"timed out after {args.timeout:.0f} s", str(e.stdout or "")[-1500:]
+            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            outcome, tail = f"timed out after {args.timeout:.0f} s", out[-1500:]
         print(f"=== grid {grid}: {outcome}\n{tail}", flush=True)
         results.append({"grid": grid, "prefetch": args.prefetch, "outcome": outcome, "tail": tail})
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
+        if args.out:  # after every grid: a caller's timeout keeps what ran
+            with open(args.out, "w") as f:
+                json.dump(results, f, indent=1)
     return 0 if all(r["outcome"] == "passed" for r in results) else 1
 
 
