@@ -3,9 +3,12 @@
 A file is looked up by name in PyPI's simple index (PEP 691 JSON), downloaded to
 ``<cache>/<name>.part`` (resumed with an HTTP Range request when a partial file exists),
 checked against the pin's sha256, and only then renamed into place. A cached file is hashed
-again on every use; a corrupt one is deleted and fetched once more.
+again on every use; a corrupt one is deleted and fetched once more. Processes sharing a cache
+(two checkouts testing at once) take turns: an exclusive ``flock`` on the cache folder is held
+around each fetch, so one downloads while the other waits and then finds the verified file.
 """
 
+import fcntl
 import hashlib
 import os
 import re
@@ -115,6 +118,20 @@ def fetch(project: str, art: Artefact, cache: Path | None = None) -> Path:
     """
     cache = cache or cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
+    fd = os.open(cache, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"fetch: waiting for another process using {cache}", flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        return _fetch_locked(project, art, cache)
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _fetch_locked(project: str, art: Artefact, cache: Path) -> Path:
+    """``fetch`` with the cache's lock held."""
     dest = cache / art.filename
     if dest.exists():
         if sha256_of(dest) == art.sha256:

@@ -2,6 +2,7 @@
 clear errors for no network, an unknown file and a checksum mismatch."""
 
 import hashlib
+import threading
 
 import pytest
 
@@ -55,3 +56,28 @@ def test_no_network_is_a_clear_error(monkeypatch, tmp_path):
     with pytest.raises(SeriesError, match="cannot reach the package index") as e:
         fetch.fetch("pkg", art(), tmp_path)
     assert "next:" in str(e.value)
+
+
+def test_concurrent_fetches_of_one_file_take_turns(index, tmp_path):
+    """Two checkouts testing at once share the cache: without a lock both wrote the same
+    ``.part`` file and one's rename found it gone (CI, 2026-12-02)."""
+    data = DATA * 8
+    index.files["pkg-1.0.tar.gz"] = data
+    start = threading.Barrier(4)
+    got, errors = [], []
+
+    def one():
+        start.wait()
+        try:
+            got.append(fetch.fetch("pkg", art(data=data), tmp_path).read_bytes())
+        except Exception as e:  # noqa: BLE001 - collected and asserted on below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    assert got == [data] * 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pkg-1.0.tar.gz"]
