@@ -70,7 +70,7 @@ def test_concurrent_fetches_of_one_file_take_turns(index, tmp_path):
         start.wait()
         try:
             got.append(fetch.fetch("pkg", art(data=data), tmp_path).read_bytes())
-        except Exception as e:  # noqa: BLE001 - collected and asserted on below
+        except Exception as e:  # collected and asserted on below
             errors.append(repr(e))
 
     threads = [threading.Thread(target=one) for _ in range(4)]
