@@ -1,13 +1,17 @@
 """Experimental (issue 13): the per-tensor FP8 MoE decode layer in ONE persistent kernel.
 
-Not part of any patch and not timed yet: a candidate for the 55% goal, to be timed as a
-variant of ``bench_moe_decode.py`` before it could become a patch. First GPU run (H200 round 10,
-``benchmarks/results/raw/round10/chk/``): at grid 1, bit-equal to patch 0005's two kernels on
-the five small cases and the Qwen3-30B-A3B layer at 1 and 2 tokens, static and dynamic scales,
-with ``prefetch="item"`` and ``"early"`` (and DeepSeek-V3 TP8 at one token, static, with
-"early"); the 90 s per grid ran out there (a second process shared the host's cores), so the
-grids that exercise the cross-program wait (8, 132, 264) have not run. ``--check`` now takes
-them first and writes its JSON after every grid. Patch 0005 runs the layer
+Not part of any patch. **Measured in H200 round 11, and it loses** (`moe_decode_round11.md`,
+raw `benchmarks/results/raw/round11/`). It is bit-equal to patch 0005's two kernels on every
+case of ``--check`` at grid 132 with ``prefetch="item"`` and ``"early"``, and equal again at
+grids 132 and 264 in every timed case (the cross-program wait works; grid 8 not run). But it
+is slower on every shape at 1 and 2 tokens: Qwen3-30B-A3B static at one token 22.8 us
+against 0005's 21.8 us (38% / 40% of the read roofline), DeepSeek-V3 TP8 33.1 / 26.3 us,
+Mixtral-8x7B 121.8 / 99.6 us (its no-prefetch variant 103.6 us); at two tokens 0.65-0.80x.
+The launch and tail it removes were small (0005's gap between its two kernels: 0.4-0.9 us a
+call), while its own body is slower than 0005's two kernels together (Qwen3 static: 20.2 us
+against 10.5 + 7.8 us). Earlier (round 10): at grid 1, bit-equal on the small cases and the
+Qwen3 layer at 1-2 tokens, static and dynamic scales.
+Patch 0005 runs the layer
 as two kernels, each with a fixed cost of ~4 us per call on an H200 (``moe_decode.md``,
 anatomy: Qwen3-30B-A3B static, GEMM1 3.8 us + GEMM2 4.5 us fixed, streaming at 84-85% of the
 read bandwidth). Here one launch does both GEMMs:
@@ -597,9 +601,13 @@ def compare_with_two_kernels(
 def _check_one_grid(grid: int, prefetch: str) -> None:
     """Every case at one grid on the current GPU; prints one line per case."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    import time
+
     for c in SMALL_CASES + LAYER_CASES:
+        t0 = time.monotonic()
         compare_with_two_kernels(*c, device="cuda", grid=grid, prefetch=prefetch, sms=sms)
-        print(f"grid {grid} prefetch {prefetch} case {c}: equal", flush=True)
+        s = time.monotonic() - t0
+        print(f"grid {grid} prefetch {prefetch} case {c}: equal ({s:.1f} s)", flush=True)
 
 
 def main() -> int:
@@ -610,6 +618,7 @@ def main() -> int:
     import json
     import subprocess
     import sys
+    import time
 
     ap = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="compare with 0005 on this GPU")
@@ -626,17 +635,33 @@ def main() -> int:
     if not args.check:
         ap.error("nothing to do: give --check")
     results = []
+    # each grid's lines go to a log file as they are printed, so that a caller's timeout
+    # still shows how far a grid got (the JSON only has grids that ended)
+    log_path = (args.out or "moe_decode_fused-check.json") + f".{args.prefetch}.log"
     for grid in args.grids:
         cmd = [sys.executable, __file__, "--one-grid", str(grid), "--prefetch", args.prefetch]
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-            outcome = "passed" if p.returncode == 0 else f"failed (exit {p.returncode})"
-            tail = (p.stdout + p.stderr)[-1500:]
-        except subprocess.TimeoutExpired as e:
-            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-            outcome, tail = f"timed out after {args.timeout:.0f} s", out[-1500:]
-        print(f"=== grid {grid}: {outcome}\n{tail}", flush=True)
-        results.append({"grid": grid, "prefetch": args.prefetch, "outcome": outcome, "tail": tail})
+        t0 = time.monotonic()
+        with open(log_path, "a") as log:
+            log.write(f"=== grid {grid} prefetch {args.prefetch}\n")
+            log.flush()
+            try:
+                p = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=args.timeout)
+                outcome = "passed" if p.returncode == 0 else f"failed (exit {p.returncode})"
+            except subprocess.TimeoutExpired:
+                outcome = f"timed out after {args.timeout:.0f} s"
+        with open(log_path) as log:
+            tail = log.read().rsplit(f"=== grid {grid} prefetch", 1)[-1][-1500:]
+        seconds = round(time.monotonic() - t0, 1)
+        print(f"=== grid {grid}: {outcome} ({seconds} s)\n{tail}", flush=True)
+        results.append(
+            {
+                "grid": grid,
+                "prefetch": args.prefetch,
+                "outcome": outcome,
+                "seconds": seconds,
+                "tail": tail,
+            }
+        )
         if args.out:  # after every grid: a caller's timeout keeps what ran
             with open(args.out, "w") as f:
                 json.dump(results, f, indent=1)

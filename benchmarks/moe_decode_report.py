@@ -2,15 +2,18 @@
 """Table and plot of ``bench_moe_decode.py`` results: whole FP8 MoE layer, % of the roofline.
 
     python benchmarks/moe_decode_report.py BASE.json SERIES.json --out benchmarks/results/moe_decode
+    python benchmarks/moe_decode_report.py SERIES.json --out ...    # a session without a base run
 
 Reads the two result files of one session (``benchmarks/harness.py`` schema: a header with the
 measured read bandwidth and rows with ``shape``, ``dtype``, ``m``, ``variant``, ``us``,
 ``us_min``, ``us_max``, ``roofline_pct``) and writes ``OUT.md`` (per shape and activation-scale
 kind: time and % of the read roofline for v0.21.0, the series without the decode patch
 (``decode_off``) and the series, with both ratios) and ``OUT.png`` (% of the roofline against
-tokens). ``--sweep FILE`` adds the cfg:/prequant variants of an earlier run of the series tree;
-``--anatomy FILE`` the fixed cost and streaming rate of each decode kernel
-(``moe_decode_anatomy.py``).
+tokens; the one-launch variant ``one_kernel`` where the run has it). With one file only (a
+session that ran the series tree alone) the v0.21.0 columns and ratios are left out rather
+than taken from another session. ``--sweep FILE`` adds the cfg:/prequant variants of an
+earlier run of the series tree; ``--anatomy FILE`` the fixed cost and streaming rate of each
+decode kernel (``moe_decode_anatomy.py``).
 """
 
 from __future__ import annotations
@@ -36,7 +39,9 @@ def fmt(r: dict) -> str:
     return f"{r['us']:.1f} ({r['us_min']:.1f}-{r['us_max']:.1f}), {r['roofline_pct']:.0f}%"
 
 
-def table(base: dict, series: dict) -> list[str]:
+def table(base: dict | None, series: dict) -> list[str]:
+    if base is None:
+        return series_table(series)
     lines = [
         "| shape | act. scale | M | v0.21.0 us (range), % roofline | series without 0005 "
         "| series | series / v0.21.0 | series / without 0005 | max rel. err vs fp32 |",
@@ -50,6 +55,23 @@ def table(base: dict, series: dict) -> list[str]:
             f"| {key[0]} | {key[1]} | {key[2]} | {fmt(b)} | {fmt(o)} | {fmt(d)} | "
             f"{b['us'] / d['us']:.3f}x | {o['us'] / d['us']:.3f}x | "
             f"{'' if err is None else f'{err:.3f}'} |"
+        )
+    return lines
+
+
+def series_table(series: dict) -> list[str]:
+    """``table`` for a run of the series tree alone: the series without 0005 and the series."""
+    lines = [
+        "| shape | act. scale | M | series without 0005 us (range), % roofline | series "
+        "| series / without 0005 | max rel. err vs fp32 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key in sorted(series, key=lambda k: (k[0], k[1], k[2])):
+        d, o = series[key]["default"], series[key]["decode_off"]
+        err = d.get("rel_err_vs_fp32")
+        lines.append(
+            f"| {key[0]} | {key[1]} | {key[2]} | {fmt(o)} | {fmt(d)} | {o['us'] / d['us']:.3f}x "
+            f"| {'' if err is None else f'{err:.3f}'} |"
         )
     return lines
 
@@ -141,7 +163,7 @@ def breakdown_table(trees: dict[str, dict]) -> list[str]:
     return lines if n else []
 
 
-def plot(base: dict, series: dict, out: Path) -> None:
+def plot(base: dict | None, series: dict, out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -159,13 +181,19 @@ def plot(base: dict, series: dict, out: Path) -> None:
             if not ms:  # a run of one activation-scale kind
                 ax.set_visible(False)
                 continue
-            for label, get, style in (
-                ("v0.21.0", lambda k: base[k]["default"], "o--"),
-                ("series without 0005", lambda k: series[k]["decode_off"], "s:"),
-                ("series", lambda k: series[k]["default"], "^-"),
-            ):
-                rows = [get((shape, scale, m)) for m in ms]
-                ax.plot(ms, [r["roofline_pct"] for r in rows], style, label=label)
+            lines = [
+                ("v0.21.0", base, "default", "o--"),
+                ("series without 0005", series, "decode_off", "s:"),
+                ("series", series, "default", "^-"),
+                ("one launch (experiment)", series, "one_kernel", "x-."),
+            ]
+            for label, idx, variant, style in lines:
+                if idx is None:
+                    continue
+                have = [m for m in ms if variant in idx.get((shape, scale, m), {})]
+                if have:
+                    pct = [idx[(shape, scale, m)][variant]["roofline_pct"] for m in have]
+                    ax.plot(have, pct, style, label=label)
             ax.axhline(55, color="grey", lw=0.6)
             ax.axhline(80, color="grey", lw=0.6)
             ax.set_xscale("log", base=2)
@@ -182,36 +210,46 @@ def plot(base: dict, series: dict, out: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("base")
-    ap.add_argument("series")
+    ap.add_argument("files", nargs="+", metavar="[BASE] SERIES", help="one or two result files")
     ap.add_argument("--sweep", help="an earlier series result with cfg:/prequant variants")
     ap.add_argument("--anatomy", help="a moe_decode_anatomy.py result (fixed cost, rate)")
     ap.add_argument("--out", required=True, help="output path without suffix")
     ap.add_argument("--note", action="append", default=[], help="a line under the header")
     args = ap.parse_args()
-    bh, brows = harness.load(args.base)
-    sh, srows = harness.load(args.series)
-    base, series = index(brows), index(srows)
+    if len(args.files) > 2:
+        ap.error(f"one or two result files, not {len(args.files)}")
+    bh, base = None, None
+    if len(args.files) == 2:
+        bh, brows = harness.load(args.files[0])
+        base = index(brows)
+    sh, srows = harness.load(args.files[-1])
+    series = index(srows)
     out = Path(args.out)
     lines = [
         "# FP8 MoE decode: the whole layer against the HBM read roofline (patch 0005)",
         "",
         f"Made by `python benchmarks/moe_decode_report.py {shlex.join(sys.argv[1:])}`.",
         "",
-        f"- base: `{bh['command']}` ({bh['time']}, {bh['gpu']}, clocks {bh['clocks']})",
-        f"- series: `{sh['command']}` ({sh['time']}, tree "
+        *(
+            [f"- base: `{bh['command']}` ({bh['time']}, {bh['gpu']}, clocks {bh['clocks']})"]
+            if bh
+            else ["- base: not run in this session (no ratios against v0.21.0 here)"]
+        ),
+        f"- series: `{sh['command']}` ({sh['time']}, {sh['gpu']}, clocks {sh['clocks']}, tree "
         f"{sh['tree'].get('head', '')[:12] or 'head not recorded by that run'})",
-        f"- read bandwidth measured in the same runs: {bh['read_bandwidth_Bps'] / 1e12:.2f} and "
-        f"{sh['read_bandwidth_Bps'] / 1e12:.2f} TB/s",
-        f"- kernels per call at one token (profiled graph replay): base "
-        f"{bh.get('kernels_per_call_m1')}, series {sh.get('kernels_per_call_m1')}",
+        "- read bandwidth measured in the same run(s): "
+        + " and ".join(f"{h['read_bandwidth_Bps'] / 1e12:.2f}" for h in (bh, sh) if h)
+        + " TB/s",
+        "- kernels per call at one token (profiled graph replay): "
+        + (f"base {bh.get('kernels_per_call_m1')}, " if bh else "")
+        + f"series {sh.get('kernels_per_call_m1')}",
         *(f"- {note}" for note in args.note),
         "",
         *table(base, series),
         "",
         f"![% of roofline against tokens]({out.name}.png)",
     ]
-    kernels = breakdown_table({"v0.21.0": base, "series": series})
+    kernels = breakdown_table({"v0.21.0": base, "series": series} if base else {"series": series})
     if kernels:
         lines += section(
             "Where the time goes",

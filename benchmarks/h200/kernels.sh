@@ -10,7 +10,7 @@
 #   VLLM_TESTS=0 skips step 2 (e.g. when the upstream tier of run.sh tests ran them in the
 #   same session), GPU_CONTRACTS=0 step 3
 # Trees: KTREES (default "base series"; the first is the reference, the second carries the
-# series). Each step has its own timeout; the whole phase ends within KERNELS_BUDGET seconds (default
+# series; one name runs that tree alone). Each step has its own timeout; the whole phase ends within KERNELS_BUDGET seconds (default
 # 560, under the host's 10-minute limit a call). Results and logs in $OUT (one tarball).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -23,6 +23,9 @@ exec > >(tee "$OUT/log-kernels.txt") 2>&1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 ws=$PWD
 read -r ref tip <<<"$KTREES"
+# one tree (KTREES="series"): it is both; each step runs it once
+tip=${tip:-$ref}
+trees=("$ref") && [ "$tip" != "$ref" ] && trees+=("$tip")
 read -ra bench_args <<<"${BENCH_ARGS:-}"
 left() { echo $((deadline - SECONDS)); }
 # run_in TREE LIMIT CMD...: CMD inside /root/vllm-TREE with its PYTHONPATH, at most LIMIT
@@ -48,19 +51,21 @@ if [ "${ANATOMY:-0}" = 1 ]; then
   run_in "$tip" "${ANATOMY_TIMEOUT:-120}" python3 "$ws/benchmarks/moe_decode_anatomy.py" \
     --variant "$tip" --out "$R/moe_decode_anatomy-$tip.json"
 fi
-for t in "$ref" "$tip"; do
+for t in "${trees[@]}"; do
   run_in "$t" "${BENCH_TIMEOUT:-170}" python3 "$ws/benchmarks/bench_moe_decode.py" \
     --variant "$t" --out "$R/bench_moe_decode-$t.json" "${bench_args[@]}"
 done
 [ "${VLLM_TESTS:-1}" = 0 ] || run_in "$tip" 150 python3 -m pytest -q -p no:cacheprovider \
   tests/kernels/moe/test_fused_moe_fp8_decode.py tests/kernels/moe/test_fused_moe_warmup.py \
   --junitxml "$R/vllm-tests-$tip.xml"
-[ "${GPU_CONTRACTS:-1}" = 0 ] || for t in "$tip" "$ref"; do
+[ "${GPU_CONTRACTS:-1}" = 0 ] || for ((i = ${#trees[@]} - 1; i >= 0; i--)); do
+  t=${trees[i]}
   run_ws "$t" 60 python3 -P -m pytest -q -p no:cacheprovider -m contract -rA \
     tests/contract/test_moe_decode.py tests/contract/test_moe_warmup.py -k cuda \
     --junitxml "$R/contract-gpu-$t.xml"
 done
-for t in "$tip" "$ref"; do
+for ((i = ${#trees[@]} - 1; i >= 0; i--)); do
+  t=${trees[i]}
   run_in "$t" 60 python3 "$ws/benchmarks/moe_compile_audit.py" --variant "$t" \
     --out "$R/moe_compile_audit-$t.json"
 done

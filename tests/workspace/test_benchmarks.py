@@ -191,6 +191,55 @@ def test_moe_decode_report_shows_where_the_time_goes(tmp_path):
     assert "Where the time goes" not in (tmp_path / "r.md").read_text()
 
 
+def test_moe_decode_report_of_a_series_run_alone(tmp_path):
+    """With one result file (a session that ran the series tree alone) the report leaves out
+    the v0.21.0 columns instead of borrowing another session's, keeps the series-vs-without-0005
+    ratio, and plots the one-launch variant where the run has it; three files are refused."""
+    head = {
+        "bench": "moe-decode",
+        "command": "bench --one-kernel",
+        "gpu": "NVIDIA H200",
+        "time": "t",
+        "clocks": "c",
+        "tree": {"head": "abc"},
+        "read_bandwidth_Bps": 4.31e12,
+    }
+    rows = [
+        harness.Row("moe-decode", "qwen3-30b-a3b", "fp8_per_tensor_static", m, v, us, us - 1,
+                    us + 1, 37756928, pct, {})
+        for m, v, us, pct in (
+            (1, "default", 21.8, 40.3),
+            (1, "decode_off", 30.6, 28.6),
+            (1, "one_kernel", 22.8, 38.4),
+            (16, "default", 124.7, 72.9),
+            (16, "decode_off", 124.3, 73.2),
+        )
+    ]  # fmt: skip
+    harness.write(tmp_path / "s.json", dict(head, variant="series"), rows)
+    sys.path.insert(0, str(BENCH))
+    import moe_decode_report
+
+    def run(*files):
+        argv = ["moe_decode_report.py", *map(str, files), "--out", str(tmp_path / "r")]
+        old_argv, sys.argv = sys.argv, argv
+        try:
+            return moe_decode_report.main()
+        finally:
+            sys.argv = old_argv
+
+    assert run(tmp_path / "s.json") == 0
+    md = (tmp_path / "r.md").read_text()
+    assert "- base: not run in this session" in md
+    assert "v0.21.0 us" not in md and "series / v0.21.0" not in md
+    assert (
+        "| qwen3-30b-a3b | static | 1 | 30.6 (29.6-31.6), 29% | 21.8 (20.8-22.8), 40% | 1.404x |"
+        in md
+    )
+    assert (tmp_path / "r.png").stat().st_size > 0
+    with pytest.raises(SystemExit):
+        run(tmp_path / "s.json", tmp_path / "s.json", tmp_path / "s.json")
+
+
 def test_warmup_enumeration_measures_the_series_walk_on_cpu(tmp_path):
     """benchmarks/warmup_enumeration.py times patch 0004's variant walk with the installed
     (series) vLLM on a mocked H200, writes a harness file, and renders it; the walk finds
@@ -264,3 +313,32 @@ def test_moe_decode_report_anatomy_table():
     assert lines[2] == "| q | dynamic | w13 | HBM (8 routings cycled) | 3.8 | 3000 | 75% |"
     assert lines[3] == "| q | static | w2 | L2 (one routing) | 4.3 | 4962 | 124% |"
     assert len(lines) == 4
+
+
+@pytest.mark.parametrize(
+    "ktrees, benched",
+    [("series", ["series"]), ("base series", ["base", "series"])],
+)
+def test_kernels_phase_runs_each_tree_once(tmp_path, ktrees, benched):
+    """benchmarks/h200/kernels.sh with KTREES of one tree runs each step for that tree once
+    (round 11 ran it with an empty tree name as well); with no budget every step is skipped,
+    so nothing needs a GPU."""
+    env = dict(os.environ, OUT=str(tmp_path), KTREES=ktrees, KERNELS_BUDGET="0")
+    p = subprocess.run(
+        ["bash", str(BENCH / "h200" / "kernels.sh")],
+        cwd=BENCH.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    out = p.stdout + p.stderr
+    skipped = [line for line in out.splitlines() if line.startswith("!!! skipped (budget)")]
+    bench = [
+        line.split("--variant ")[1].split()[0] for line in skipped if "bench_moe_decode" in line
+    ]
+    audit = [line.split("--variant ")[1].split()[0] for line in skipped if "compile_audit" in line]
+    assert bench == benched, out
+    assert sorted(audit) == sorted(benched), out
+    assert "--variant  " not in out and "vllm-tests-.xml" not in out
+    assert "kernels phase done" in out
