@@ -1,6 +1,6 @@
 """Experimental (issue 13): the per-tensor FP8 MoE decode layer in ONE persistent kernel.
 
-Not part of any patch. **Measured in H200 round 11, and it loses** (`moe_decode_round11.md`,
+Not part of any patch. **Measured in H200 round 11, and it loses** (`decode_one_launch_round11.md`,
 raw `benchmarks/results/raw/round11/`). It is bit-equal to patch 0005's two kernels on every
 case of ``--check`` at grid 132 with ``prefetch="item"`` and ``"early"``, and equal again at
 grids 132 and 264 in every timed case (the cross-program wait works; grid 8 not run). But it

@@ -159,6 +159,25 @@ def calibrated(est: float, observed: list[float]) -> float:
     return s[len(s) // 2]
 
 
+def slowness(rates: dict[tuple, list[float]], tree: str) -> float:
+    """How many times longer ``tree``'s runs take than the median tree's: over the cells
+    (workload, concurrency) where it has runs, the largest ratio of the median of every
+    tree's observed request rate to the median of its own. At least 1, and 1 with no runs.
+    ``rates``: (tree, workload, concurrency) -> observed req/s. Every tree of a repetition
+    gets the same prompts, sized for the median tree, so a tree several times slower
+    (FlashInfer's untuned tactic against Triton at decode: ~4x) needs its timeout and its
+    budget check scaled by this."""
+    worst = 1.0
+    for (t, w, c), own in rates.items():
+        if t != tree or not own:
+            continue
+        every = [r for (_, w2, c2), rs in rates.items() if (w2, c2) == (w, c) for r in rs]
+        mine = calibrated(0.0, own)
+        if mine > 0:
+            worst = max(worst, calibrated(0.0, every) / mine)
+    return worst
+
+
 @dataclass(frozen=True)
 class Run:
     tree: str

@@ -331,6 +331,14 @@ class Ctx:
         )
         self.quant_args = self.manifest.get("serve_args", ["--quantization", "fp8"])
         self.rates: dict[tuple, list[float]] = {}  # (workload, concurrency) -> observed req/s
+        # (tree, workload, concurrency) -> observed req/s, resumed records included
+        self.tree_rates: dict[tuple, list[float]] = {}
+        for r in self.records:
+            v = r.get("vllm") or {}
+            mine = r.get("kind") == "serve" and r.get("ok") and r.get("model") == self.model
+            if mine and v.get("duration") and v.get("completed"):
+                key = (r["tree"], r["workload"], r["concurrency"])
+                self.tree_rates.setdefault(key, []).append(v["completed"] / v["duration"])
         self.nprompts: dict[tuple, int] = {}  # (workload, concurrency, process, rep) -> n
         self.startups: list[float] = []
 
@@ -862,7 +870,11 @@ class ProcessRun:
         """One benchmark run; False when it does not fit the budget less ``reserve`` seconds
         (the caller stops)."""
         ctx = self.ctx
-        cost = ctx.run_cost(run.workload, run.concurrency)
+        # a tree slower than the median one (its prompts are sized for the median) gets
+        # its cost and timeout scaled
+        cost = ctx.run_cost(run.workload, run.concurrency) * schedule.slowness(
+            ctx.tree_rates, run.tree
+        )
         if not self.budget.fits(cost + STOP_S + reserve):
             return False
         s = self.servers[run.tree]
@@ -916,9 +928,9 @@ class ProcessRun:
             }
         )
         if ok and res.get("duration"):
-            ctx.rates.setdefault((run.workload, run.concurrency), []).append(
-                res["completed"] / res["duration"]
-            )
+            rate = res["completed"] / res["duration"]
+            ctx.rates.setdefault((run.workload, run.concurrency), []).append(rate)
+            ctx.tree_rates.setdefault((run.tree, run.workload, run.concurrency), []).append(rate)
         g = res.get
         log(
             f"p{self.p} rep {run.rep} {run.workload} c={run.concurrency} {run.tree}: "

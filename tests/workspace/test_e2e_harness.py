@@ -239,6 +239,59 @@ def test_schedule_cells_and_alternation():
     assert schedule.calibrated(3.0, []) == 3.0
 
 
+def test_slowness_scales_a_slow_trees_timeout(model_dir, tmp_path):
+    """Round 11: every tree of a repetition gets prompts sized for the median tree, and the
+    FlashInfer trees (4x slower at decode) ran past the 4 x cost timeout at mixed c=64.
+    schedule.slowness gives how many times slower a tree ran than the median tree, the
+    worst over the cells it ran; the runner seeds it from resumed records."""
+    rates = {
+        ("base", "decode", 1): [0.53, 0.54],
+        ("p1", "decode", 1): [0.53],
+        ("p1_2", "decode", 1): [2.16],
+        ("series", "decode", 1): [2.32],
+        ("series", "mixed", 64): [10.0],
+    }
+    # the median of every tree's decode rates (0.53, 0.53, 0.54, 2.16, 2.32) is 0.54
+    assert schedule.slowness(rates, "base") == pytest.approx(0.54 / 0.54)
+    assert schedule.slowness(rates, "p1") == pytest.approx(0.54 / 0.53)
+    assert schedule.slowness(rates, "series") == 1.0  # faster than the median: not < 1
+    assert schedule.slowness(rates, "nobody") == 1.0
+    slow = dict(rates)
+    slow[("base", "decode", 1)] = slow[("p1", "decode", 1)] = [0.5]
+    slow[("x", "decode", 1)] = [2.0]
+    assert schedule.slowness(slow, "base") == pytest.approx(2.0 / 0.5)  # median 2.0 of 5
+
+    def record(tree, completed, duration, ok=True, model=None):
+        return {
+            "kind": "serve", "ok": ok, "model": model or model_dir.name, "tree": tree,
+            "workload": "decode", "concurrency": 1, "process": 0, "rep": 0,
+            "run_id": tree + str(completed),
+            "vllm": {"completed": completed, "duration": duration},
+        }  # fmt: skip
+
+    resumed = tmp_path / "old.jsonl"
+    resumed.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in (
+                record("base", 16, 32.0),
+                record("series", 16, 8.0),
+                record("series", 16, 80.0, ok=False),  # failed runs do not count
+                record("base", 16, 3.2, model="another-model"),  # nor other models
+            )
+        )
+        + "\n"
+    )
+    a = runner.parse_args(
+        ["--model", str(model_dir), "--trees", "base", "series", "--out", str(tmp_path),
+         "--quick", "--dry-run", "--resume", str(resumed)]
+    )  # fmt: skip
+    ctx = runner.Ctx(a)
+    assert ctx.tree_rates == {("base", "decode", 1): [0.5], ("series", "decode", 1): [2.0]}
+    # median of (0.5, 2.0) is 2.0: base ran 4x longer than the median tree
+    assert schedule.slowness(ctx.tree_rates, "base") == pytest.approx(4.0)
+
+
 def test_workload_ranges():
     d, p, m = (schedule.WORKLOADS[k] for k in ("decode", "prefill", "mixed"))
     assert d.input_range() == (128, 128) and d.output_range() == (128, 256)
