@@ -25,6 +25,10 @@ compile), ``pid``, ``rank`` (torch.distributed rank when initialised, else env R
 LOCAL_RANK, else null), ``kernel`` (function name), ``module``, ``spec`` (the cache key's
 specialisation part, see ``spec``), ``constants`` (constexpr and specialised values), ``num_warps``,
 ``num_stages``, ``duration_ms`` (pre- to post-hook), ``warmup`` (Triton's manual-warmup flag),
+``triton_cache_dir`` (the disk cache folder Triton used for that compile: ``knobs.cache.dir``,
+i.e. ``TRITON_CACHE_DIR`` at that moment or Triton's default; vLLM and PyTorch Inductor set
+that variable during start-up in some processes and not in others, which decides whether a
+later process finds the kernel on disk),
 and the forward pass in progress when the compile happened, from vLLM v0.21.0's
 ``vllm/forward_context.py`` module global ``_forward_context`` (set by
 ``set_forward_context`` around every model forward, ``_dummy_run`` included):
@@ -100,6 +104,14 @@ def make_hooks(path: str, prev_pre=None, prev_post=None):
     pending: dict = {}
     lock = threading.Lock()
 
+    def _cache_dir():
+        try:
+            from triton import knobs
+
+            return str(knobs.cache.dir)
+        except Exception:  # another Triton: the variable, if any
+            return os.environ.get("TRITON_CACHE_DIR")
+
     def pre(**kw):
         fn = kw.get("fn")
         pending[(id(getattr(fn, "jit_function", fn)), str(kw.get("key")))] = time.perf_counter()
@@ -124,6 +136,7 @@ def make_hooks(path: str, prev_pre=None, prev_post=None):
                 "num_stages": comp.get("num_stages"),
                 "duration_ms": None if t0 is None else round((t1 - t0) * 1e3, 3),
                 "warmup": bool(kw.get("is_manual_warmup")),
+                "triton_cache_dir": _cache_dir(),
                 **_forward_info(),
             }
             with lock, open(path, "a") as f:

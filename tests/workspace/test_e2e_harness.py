@@ -600,6 +600,7 @@ def test_compile_hook_as_sitecustomize(tmp_path):
     logs = tmp_path / "compiles"
     logs.mkdir()
     env = {**os.environ, "PYTHONPATH": str(hook), "VSERIES_COMPILE_LOG_DIR": str(logs), "RANK": "3"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "tcache")
     driver = tmp_path / "drive.py"  # Triton wants @jit functions in a file
     driver.write_text(DRIVE_HOOKS)
     out = subprocess.run(
@@ -616,6 +617,7 @@ def test_compile_hook_as_sitecustomize(tmp_path):
     assert rec["constants"] == {"(2,)": 16} and rec["num_warps"] == 4
     assert 15 <= rec["duration_ms"] < 5000 and rec["rank"] == 3
     assert rec["fc_num_tokens"] is None  # no vLLM forward in progress
+    assert rec["triton_cache_dir"] == str(tmp_path / "tcache")  # where the cache was looked up
     # without the variable nothing is installed
     env.pop("VSERIES_COMPILE_LOG_DIR")
     out = subprocess.run(
