@@ -11,6 +11,10 @@ FLASHINFER_CUTLASS). Variants (rows' "variant"; "backend (tree)" when run on the
   FP8 x FP8 -> bf16 kernels (`benchmarks/h200/flashinfer_fp8_build.py`), loaded from
   FlashInfer's AOT folder. Autotuned at the largest batch, as vLLM's `flashinfer_autotune`
   warm-up does, and again at each timed batch (FlashInfer profiles one bucket per call).
+  With ``--no-autotune`` it runs FlashInfer's default tactics instead, as vLLM v0.21.0 does at
+  its default -O2 (``enable_flashinfer_autotune`` off), and its rows are labelled
+  "flashinfer_cutlass untuned" (``row_label``). Run it in a process of its own: FlashInfer's
+  tuner keeps its choices for the life of the process.
 - "vllm_cutlass": `CutlassExpertsFp8`, vLLM's own CUTLASS FP8 MoE (backend VLLM_CUTLASS), the
   stand-in of the first run, kept as a third point.
 
@@ -341,6 +345,13 @@ def autotune_flashinfer(run, shape: Shape, m: int) -> None:
     torch.cuda.synchronize()
 
 
+def row_label(variant: str, tree: str, autotune: bool = True) -> str:
+    """A row's "variant": the backend, " untuned" for FlashInfer without its autotune, and
+    " (tree)" off the patched tree."""
+    label = variant + (" untuned" if variant == "flashinfer_cutlass" and not autotune else "")
+    return label if tree == "patched" else f"{label} ({tree})"
+
+
 def bench_shape(
     shape: Shape,
     batches: list[int],
@@ -348,9 +359,10 @@ def bench_shape(
     log,
     bw: float,
     variants: tuple[str, ...] = VARIANTS,
+    autotune: bool = True,
 ) -> list[harness.Row]:
     """All rows of one shape: every variant at every batch, with their numerics fields (bw:
-    read bandwidth, bytes/s)."""
+    read bandwidth, bytes/s); ``autotune`` False: FlashInfer's default tactics."""
     gen = torch.Generator(device="cuda").manual_seed(SEED)
     layer = make_layer(shape, gen)
     calibrate(layer, gen)
@@ -359,7 +371,7 @@ def bench_shape(
     for variant in variants:
         try:
             kernels[variant] = make_kernel(layer, variant)
-            if variant == "flashinfer_cutlass":
+            if variant == "flashinfer_cutlass" and autotune:
                 t = time.monotonic()
                 autotune_flashinfer(kernels[variant][0], shape, max(batches))
                 log(f"  flashinfer autotune at M={max(batches)}: {time.monotonic() - t:.1f} s")
@@ -389,7 +401,7 @@ def bench_shape(
         distinct = sum(int(ids.unique().numel()) for _, ids in sets) / len(sets)
         flops = 2 * m * shape.topk * 3 * shape.intermediate * shape.hidden
         for variant in variants:
-            label = variant if tree == "patched" else f"{variant} ({tree})"
+            label = row_label(variant, tree, autotune)
             extra = {
                 "backend": variant,
                 "tree": tree,
@@ -401,6 +413,7 @@ def bench_shape(
                 "routing_sets": len(sets),
                 "numerics_batch": NUMERICS_BATCH,
                 "numerics_tol": MAX_REL_ERR_TOL,
+                "flashinfer_autotune": autotune,
                 **numerics.get(variant, {}),
             }
             if variant in failed:
@@ -414,7 +427,7 @@ def bench_shape(
             extra["experts_cls"] = experts_cls
             try:
                 calls = [functools.partial(run, x, tw, ti) for tw, ti in sets]
-                if variant == "flashinfer_cutlass":
+                if variant == "flashinfer_cutlass" and autotune:
                     # FlashInfer profiles one token bucket per autotune call (its log: "1/1
                     # profile"), so each batch gets its own, on top of vLLM's warm-up at the
                     # largest batch: FlashInfer runs its best tactic at every size.
@@ -452,6 +465,12 @@ def main(argv: list[str] | None = None) -> int:
         default=list(DECODE_BATCHES + PREFILL_BATCHES),
         help="token counts (default: 1..64 graphed, 512 2048 8192 prefill)",
     )
+    p.add_argument(
+        "--no-autotune",
+        action="store_true",
+        help="FlashInfer's default tactics, as vLLM v0.21.0 at -O2 (rows: "
+        "'flashinfer_cutlass untuned'); run in its own process",
+    )
     args = p.parse_args(argv)
     t0 = time.monotonic()
 
@@ -462,7 +481,8 @@ def main(argv: list[str] | None = None) -> int:
         "variants": {
             "triton": "TritonExperts (fused_moe_kernel), backend TRITON",
             "flashinfer_cutlass": "FlashInferExperts (FlashInfer cutlass_fused_moe, reduced "
-            "FP8-only SM90 build), backend FLASHINFER_CUTLASS, autotuned",
+            "FP8-only SM90 build), backend FLASHINFER_CUTLASS, "
+            + ("default tactics (no autotune)" if args.no_autotune else "autotuned"),
             "vllm_cutlass": "CutlassExpertsFp8 (vLLM's cutlass_moe_mm), backend VLLM_CUTLASS",
         },
         "numerics_tol": MAX_REL_ERR_TOL,
@@ -488,7 +508,13 @@ def main(argv: list[str] | None = None) -> int:
         for key in args.shapes:
             log(f"shape {SHAPES[key]}")
             rows += bench_shape(
-                SHAPES[key], args.batches, args.variant, log, bw, tuple(args.variants)
+                SHAPES[key],
+                args.batches,
+                args.variant,
+                log,
+                bw,
+                tuple(args.variants),
+                autotune=not args.no_autotune,
             )
             harness.write(args.out, head, rows)  # partial results survive a later failure
 

@@ -342,3 +342,27 @@ def test_kernels_phase_runs_each_tree_once(tmp_path, ktrees, benched):
     assert sorted(audit) == sorted(benched), out
     assert "--variant  " not in out and "vllm-tests-.xml" not in out
     assert "kernels phase done" in out
+
+
+def test_fp8_oracle_labels_flashinfer_without_its_autotune():
+    """bench_fp8_oracle.py --no-autotune times FlashInfer at its default tactics (vLLM
+    v0.21.0 at -O2) under a label of its own, so that report.py can set it beside the autotuned
+    run of another process; the other backends keep their labels."""
+    sys.path.insert(0, str(BENCH))
+    import bench_fp8_oracle as b
+
+    assert b.row_label("flashinfer_cutlass", "patched") == "flashinfer_cutlass"
+    assert b.row_label("flashinfer_cutlass", "patched", autotune=False) == (
+        "flashinfer_cutlass untuned"
+    )
+    assert b.row_label("flashinfer_cutlass", "base", autotune=False) == (
+        "flashinfer_cutlass untuned (base)"
+    )
+    assert b.row_label("triton", "patched", autotune=False) == "triton"
+    assert b.row_label("triton", "base") == "triton (base)"
+    p = subprocess.run(
+        [sys.executable, str(BENCH / "bench_fp8_oracle.py"), "--help"],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 0 and "--no-autotune" in p.stdout
