@@ -160,21 +160,23 @@ def calibrated(est: float, observed: list[float]) -> float:
 
 
 def slowness(rates: dict[tuple, list[float]], tree: str) -> float:
-    """How many times longer ``tree``'s runs take than the median tree's: over the cells
-    (workload, concurrency) where it has runs, the largest ratio of the median of every
-    tree's observed request rate to the median of its own. At least 1, and 1 with no runs.
-    ``rates``: (tree, workload, concurrency) -> observed req/s. Every tree of a repetition
-    gets the same prompts, sized for the median tree, so a tree several times slower
-    (FlashInfer's untuned tactic against Triton at decode: ~4x) needs its timeout and its
-    budget check scaled by this."""
+    """How many times longer ``tree``'s runs take than the fastest tree's: over the cells
+    (workload, concurrency) where it has runs, the largest ratio of the fastest tree's median
+    request rate to its own median. At least 1, and 1 with no runs. ``rates``: (tree,
+    workload, concurrency) -> observed req/s. Every tree of a repetition gets the same
+    prompts, so a tree several times slower than the others (FlashInfer's untuned tactic
+    against Triton at decode: ~4x) needs its timeout and budget check scaled by this where it
+    has not yet run a cell. Against the fastest tree, not the median: with two slow trees of
+    four the median is a slow one (round 11)."""
     worst = 1.0
     for (t, w, c), own in rates.items():
-        if t != tree or not own:
+        mine = calibrated(0.0, own) if t == tree else 0.0
+        if mine <= 0:
             continue
-        every = [r for (_, w2, c2), rs in rates.items() if (w2, c2) == (w, c) for r in rs]
-        mine = calibrated(0.0, own)
-        if mine > 0:
-            worst = max(worst, calibrated(0.0, every) / mine)
+        fastest = max(
+            calibrated(0.0, rs) for (_, w2, c2), rs in rates.items() if (w2, c2) == (w, c) and rs
+        )
+        worst = max(worst, fastest / mine)
     return worst
 
 

@@ -416,6 +416,21 @@ class Ctx:
     def run_cost(self, w: str, c: int) -> float:
         return self.prompts(w, c) / self.rate(w, c) + RUN_OVERHEAD_S
 
+    def tree_run_cost(self, run: schedule.Run) -> float:
+        """Seconds of one tree's run: its prompts at the tree's own observed rate in this cell,
+        else at the cell's rate slowed by how much slower the tree ran elsewhere
+        (``schedule.slowness``); the timeout is 4x this."""
+        k = (run.workload, run.concurrency, run.process, run.rep)
+        n = self.nprompts.get(k) or self.prompts(run.workload, run.concurrency)
+        own = self.tree_rates.get((run.tree, run.workload, run.concurrency))
+        if own:
+            rate = schedule.calibrated(0.0, own)
+        else:
+            rate = self.rate(run.workload, run.concurrency) / schedule.slowness(
+                self.tree_rates, run.tree
+            )
+        return n / rate + RUN_OVERHEAD_S
+
     def probe_cost(self, n_trees: int) -> float:
         """Seconds of the probe: PROBE_S per request, two requests per length and tree."""
         return len(self.a.probe_lengths) * 2 * n_trees * PROBE_S
@@ -870,11 +885,7 @@ class ProcessRun:
         """One benchmark run; False when it does not fit the budget less ``reserve`` seconds
         (the caller stops)."""
         ctx = self.ctx
-        # a tree slower than the median one (its prompts are sized for the median) gets
-        # its cost and timeout scaled
-        cost = ctx.run_cost(run.workload, run.concurrency) * schedule.slowness(
-            ctx.tree_rates, run.tree
-        )
+        cost = ctx.tree_run_cost(run)
         if not self.budget.fits(cost + STOP_S + reserve):
             return False
         s = self.servers[run.tree]
@@ -983,7 +994,7 @@ class ProcessRun:
 def process_need(ctx: Ctx, runs: list, probes: list, min_reps: int) -> float:
     """Seconds one process needs at least: start-up, probe, its runs of the first
     ``min_reps`` repetitions, stop."""
-    first = sum(ctx.run_cost(r.workload, r.concurrency) for r in runs if r.rep < min_reps)
+    first = sum(ctx.tree_run_cost(r) for r in runs if r.rep < min_reps)
     return ctx.startup_est() + ctx.probe_cost(len(probes)) + first + STOP_S
 
 
@@ -1004,7 +1015,7 @@ def serve_session(ctx: Ctx, budget: Budget) -> int:
     items = list(todo.items())
     try:
         for i, (p, (runs, probes)) in enumerate(items):
-            first_cost = ctx.run_cost(runs[0].workload, runs[0].concurrency) if runs else 0.0
+            first_cost = ctx.tree_run_cost(runs[0]) if runs else 0.0
             need = ctx.startup_est() + ctx.probe_cost(len(probes)) + first_cost + STOP_S
             if not budget.fits(need):
                 log(f"p{p}: {budget.left():.0f} s left, a process needs ~{need:.0f} s: stopping")
@@ -1193,7 +1204,7 @@ def dry_run(ctx: Ctx) -> int:
             port = a.port_base + [n for n, _ in ctx.trees].index(run.tree)
             print(
                 f"[run p{p} rep {run.rep} {run.workload} c={run.concurrency} {run.tree} "
-                f"~{ctx.run_cost(run.workload, run.concurrency):.0f} s] vllm bench serve "
+                f"~{ctx.tree_run_cost(run):.0f} s] vllm bench serve "
                 f"{shlex.join(ctx.bench_argv(run.tree, port, run))}"
             )
         print("[stop] SIGTERM the process group of each server (SIGKILL after 20 s)")

@@ -240,10 +240,11 @@ def test_schedule_cells_and_alternation():
 
 
 def test_slowness_scales_a_slow_trees_timeout(model_dir, tmp_path):
-    """Round 11: every tree of a repetition gets prompts sized for the median tree, and the
-    FlashInfer trees (4x slower at decode) ran past the 4 x cost timeout at mixed c=64.
-    schedule.slowness gives how many times slower a tree ran than the median tree, the
-    worst over the cells it ran; the runner seeds it from resumed records."""
+    """Round 11: every tree of a repetition gets the same prompts, and the FlashInfer trees (4x
+    slower at decode) ran past the 4 x cost timeout at mixed c=64. schedule.slowness gives how
+    many times slower a tree ran than the fastest tree, the worst over the cells it ran (not
+    the median tree: two slow trees of four make the median a slow one); the runner seeds it
+    from resumed records and sizes a tree's run at its own rate where it has one."""
     rates = {
         ("base", "decode", 1): [0.53, 0.54],
         ("p1", "decode", 1): [0.53],
@@ -251,21 +252,17 @@ def test_slowness_scales_a_slow_trees_timeout(model_dir, tmp_path):
         ("series", "decode", 1): [2.32],
         ("series", "mixed", 64): [10.0],
     }
-    # the median of every tree's decode rates (0.53, 0.53, 0.54, 2.16, 2.32) is 0.54
-    assert schedule.slowness(rates, "base") == pytest.approx(0.54 / 0.54)
-    assert schedule.slowness(rates, "p1") == pytest.approx(0.54 / 0.53)
-    assert schedule.slowness(rates, "series") == 1.0  # faster than the median: not < 1
+    assert schedule.slowness(rates, "base") == pytest.approx(2.32 / 0.54)  # its median 0.54
+    assert schedule.slowness(rates, "p1") == pytest.approx(2.32 / 0.53)
+    assert schedule.slowness(rates, "p1_2") == pytest.approx(2.32 / 2.16)
+    assert schedule.slowness(rates, "series") == 1.0  # the fastest
     assert schedule.slowness(rates, "nobody") == 1.0
-    slow = dict(rates)
-    slow[("base", "decode", 1)] = slow[("p1", "decode", 1)] = [0.5]
-    slow[("x", "decode", 1)] = [2.0]
-    assert schedule.slowness(slow, "base") == pytest.approx(2.0 / 0.5)  # median 2.0 of 5
 
-    def record(tree, completed, duration, ok=True, model=None):
+    def record(tree, completed, duration, ok=True, model=None, workload="decode", c=1):
         return {
             "kind": "serve", "ok": ok, "model": model or model_dir.name, "tree": tree,
-            "workload": "decode", "concurrency": 1, "process": 0, "rep": 0,
-            "run_id": tree + str(completed),
+            "workload": workload, "concurrency": c, "process": 0, "rep": 0,
+            "run_id": tree + workload + str(completed),
             "vllm": {"completed": completed, "duration": duration},
         }  # fmt: skip
 
@@ -278,6 +275,7 @@ def test_slowness_scales_a_slow_trees_timeout(model_dir, tmp_path):
                 record("series", 16, 8.0),
                 record("series", 16, 80.0, ok=False),  # failed runs do not count
                 record("base", 16, 3.2, model="another-model"),  # nor other models
+                record("series", 600, 60.0, workload="mixed", c=64),
             )
         )
         + "\n"
@@ -287,9 +285,25 @@ def test_slowness_scales_a_slow_trees_timeout(model_dir, tmp_path):
          "--quick", "--dry-run", "--resume", str(resumed)]
     )  # fmt: skip
     ctx = runner.Ctx(a)
-    assert ctx.tree_rates == {("base", "decode", 1): [0.5], ("series", "decode", 1): [2.0]}
-    # median of (0.5, 2.0) is 2.0: base ran 4x longer than the median tree
+    assert ctx.tree_rates == {
+        ("base", "decode", 1): [0.5],
+        ("series", "decode", 1): [2.0],
+        ("series", "mixed", 64): [10.0],
+    }
     assert schedule.slowness(ctx.tree_rates, "base") == pytest.approx(4.0)
+    # base has not run mixed c=64: its run is sized at the cell's rate / 4 (series: its own)
+    base_mixed = schedule.Run("base", "mixed", 64, 0, 0)
+    series_mixed = schedule.Run("series", "mixed", 64, 0, 0)
+    n = ctx.prompts("mixed", 64)
+    assert ctx.tree_run_cost(series_mixed) == pytest.approx(n / 10.0 + runner.RUN_OVERHEAD_S)
+    assert ctx.tree_run_cost(base_mixed) == pytest.approx(
+        n / (ctx.rate("mixed", 64) / 4.0) + runner.RUN_OVERHEAD_S
+    )
+    # base's decode runs: its own rate
+    base_decode = schedule.Run("base", "decode", 1, 0, 0)
+    assert ctx.tree_run_cost(base_decode) == pytest.approx(
+        ctx.prompts("decode", 1) / 0.5 + runner.RUN_OVERHEAD_S
+    )
 
 
 def test_workload_ranges():
