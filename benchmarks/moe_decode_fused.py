@@ -11,10 +11,10 @@ The launch and tail it removes were small (0005's gap between its two kernels: 0
 call), while its own body is slower than 0005's two kernels together (Qwen3 static: 20.2 us
 against 10.5 + 7.8 us). Earlier (round 10): at grid 1, bit-equal on the small cases and the
 Qwen3 layer at 1-2 tokens, static and dynamic scales.
-Patch 0005 runs the layer
-as two kernels, each with a fixed cost of ~4 us per call on an H200 (``moe_decode.md``,
-anatomy: Qwen3-30B-A3B static, GEMM1 3.8 us + GEMM2 4.5 us fixed, streaming at 84-85% of the
-read bandwidth). Here one launch does both GEMMs:
+
+Patch 0005 runs the layer as two kernels, each with a fixed cost of ~4 us per call on an H200
+(``moe_decode.md``, anatomy: Qwen3-30B-A3B static, GEMM1 3.8 us + GEMM2 4.5 us fixed,
+streaming at 84-85% of the read bandwidth). Here one launch does both GEMMs:
 
 - items: GEMM1 tiles (slot, intermediate tile, K split) first, then GEMM2 tiles (slot, hidden
   tile, K split), taken round-robin by ``grid`` persistent programs (item = pid + j * grid);
@@ -46,6 +46,7 @@ patch 0005's kernels become thin wrappers of these two functions, so that one co
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 from vllm.model_executor.layers.fused_moe import fused_moe_decode as fd
@@ -601,8 +602,6 @@ def compare_with_two_kernels(
 def _check_one_grid(grid: int, prefetch: str) -> None:
     """Every case at one grid on the current GPU; prints one line per case."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    import time
-
     for c in SMALL_CASES + LAYER_CASES:
         t0 = time.monotonic()
         compare_with_two_kernels(*c, device="cuda", grid=grid, prefetch=prefetch, sms=sms)
@@ -618,7 +617,6 @@ def main() -> int:
     import json
     import subprocess
     import sys
-    import time
 
     ap = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="compare with 0005 on this GPU")

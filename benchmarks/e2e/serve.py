@@ -413,9 +413,6 @@ class Ctx:
             self.nprompts[k] = self.prompts(run.workload, run.concurrency)
         return self.nprompts[k]
 
-    def run_cost(self, w: str, c: int) -> float:
-        return self.prompts(w, c) / self.rate(w, c) + RUN_OVERHEAD_S
-
     def tree_run_cost(self, run: schedule.Run) -> float:
         """Seconds of one tree's run: its prompts at the tree's own observed rate in this cell,
         else at the cell's rate slowed by how much slower the tree ran elsewhere

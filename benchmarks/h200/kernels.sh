@@ -10,8 +10,9 @@
 #   VLLM_TESTS=0 skips step 2 (e.g. when the upstream tier of run.sh tests ran them in the
 #   same session), GPU_CONTRACTS=0 step 3
 # Trees: KTREES (default "base series"; the first is the reference, the second carries the
-# series; one name runs that tree alone). Each step has its own timeout; the whole phase ends within KERNELS_BUDGET seconds (default
-# 560, under the host's 10-minute limit a call). Results and logs in $OUT (one tarball).
+# series; one name runs that tree alone). Each step has its own timeout; the whole phase ends
+# within KERNELS_BUDGET seconds (default 560, under the host's 10-minute limit a call).
+# Results and logs in $OUT (one tarball).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 R=$OUT/r && mkdir -p "$R"

@@ -1096,7 +1096,7 @@ def test_budget_keeps_room_for_later_processes(model_dir, tmp_path):
     ctx = runner.Ctx(a)
     runs, probes = ctx.todo(1)
     need = runner.process_need(ctx, runs, probes, 2)
-    first_two = sum(ctx.run_cost(r.workload, r.concurrency) for r in runs if r.rep < 2)
+    first_two = sum(ctx.tree_run_cost(r) for r in runs if r.rep < 2)
     assert need == pytest.approx(
         a.startup_estimate_s + ctx.probe_cost(2) + first_two + runner.STOP_S
     )
