@@ -330,8 +330,8 @@ class Ctx:
             servers.gpu_total_bytes() if not a.dry_run else servers.H200_BYTES,
         )
         self.quant_args = self.manifest.get("serve_args", ["--quantization", "fp8"])
-        self.rates: dict[tuple, list[float]] = {}  # (workload, concurrency) -> observed req/s
-        # (tree, workload, concurrency) -> observed req/s, resumed records included
+        # (tree, workload, concurrency) -> observed req/s of this model, resumed records
+        # included; a cell's rate pools every tree's (``rate``)
         self.tree_rates: dict[tuple, list[float]] = {}
         for r in self.records:
             v = r.get("vllm") or {}
@@ -399,8 +399,17 @@ class Ctx:
         return "offline" if self.a.offline_throughput else "serve"
 
     def rate(self, w: str, c: int) -> float:
+        """Request rate (req/s) a cell's prompts are sized for: the fastest tree's median over
+        its observed runs of the cell (resumed ones included), else the schedule's estimate.
+        Sized for the fastest tree, every tree's run lasts at least ``--target-s``; a slower
+        tree's longer run is costed by ``tree_run_cost``."""
         est = schedule.est_request_rate(self.arch, self.depth, schedule.WORKLOADS[w], c)
-        return schedule.calibrated(est, self.rates.get((w, c), []))
+        per_tree = [
+            schedule.calibrated(est, rs)
+            for (_, w2, c2), rs in self.tree_rates.items()
+            if (w2, c2) == (w, c) and rs
+        ]
+        return max(per_tree) if per_tree else est
 
     def prompts(self, w: str, c: int) -> int:
         return schedule.num_prompts(self.rate(w, c), self.a.target_s, c)
@@ -937,7 +946,6 @@ class ProcessRun:
         )
         if ok and res.get("duration"):
             rate = res["completed"] / res["duration"]
-            ctx.rates.setdefault((run.workload, run.concurrency), []).append(rate)
             ctx.tree_rates.setdefault((run.tree, run.workload, run.concurrency), []).append(rate)
         g = res.get
         log(

@@ -291,6 +291,12 @@ def test_slowness_scales_a_slow_trees_timeout(model_dir, tmp_path):
         ("series", "mixed", 64): [10.0],
     }
     assert schedule.slowness(ctx.tree_rates, "base") == pytest.approx(4.0)
+    # prompts are sized for the fastest tree (series, 2.0 req/s), so every run lasts at least
+    # --target-s; without runs of a cell, the schedule's estimate
+    assert ctx.rate("decode", 1) == 2.0 and ctx.rate("mixed", 64) == 10.0
+    assert ctx.rate("prefill", 16) == schedule.est_request_rate(
+        ctx.arch, ctx.depth, schedule.WORKLOADS["prefill"], 16
+    )
     # base has not run mixed c=64: its run is sized at the cell's rate / 4 (series: its own)
     base_mixed = schedule.Run("base", "mixed", 64, 0, 0)
     series_mixed = schedule.Run("series", "mixed", 64, 0, 0)
