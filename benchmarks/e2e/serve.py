@@ -402,14 +402,22 @@ class Ctx:
         """Request rate (req/s) a cell's prompts are sized for: the fastest tree's median over
         its observed runs of the cell (resumed ones included), else the schedule's estimate.
         Sized for the fastest tree, every tree's run lasts at least ``--target-s``; a slower
-        tree's longer run is costed by ``tree_run_cost``."""
+        tree's longer run is costed by ``tree_run_cost``. While some of this session's trees
+        have no run of the cell yet, each observed tree's median counts at its speed scaled
+        by its ``schedule.slowness`` (how much slower than the fastest tree it ran in other
+        cells): in round 12 the first mixed c=64 run was the base's (FlashInfer, ~4x slower),
+        and sizing the next repetition at its rate gave the Triton trees 3-s runs."""
         est = schedule.est_request_rate(self.arch, self.depth, schedule.WORKLOADS[w], c)
-        per_tree = [
-            schedule.calibrated(est, rs)
-            for (_, w2, c2), rs in self.tree_rates.items()
+        observed = {
+            t: schedule.calibrated(est, rs)
+            for (t, w2, c2), rs in self.tree_rates.items()
             if (w2, c2) == (w, c) and rs
-        ]
-        return max(per_tree) if per_tree else est
+        }
+        if not observed:
+            return est
+        if all(n in observed for n, _ in self.trees):
+            return max(observed.values())
+        return max(r * schedule.slowness(self.tree_rates, t) for t, r in observed.items())
 
     def prompts(self, w: str, c: int) -> int:
         return schedule.num_prompts(self.rate(w, c), self.a.target_s, c)
@@ -1003,11 +1011,26 @@ def process_need(ctx: Ctx, runs: list, probes: list, min_reps: int) -> float:
     return ctx.startup_est() + ctx.probe_cost(len(probes)) + first + STOP_S
 
 
+def reserve_for_later(ctx: Ctx, later: list, left: float, min_reps: int) -> float:
+    """Seconds to keep for the later processes ``later`` ([(index, (runs, probes))], in
+    order) out of ``left``: the needs (``process_need``) of those that fit one after another;
+    none once one does not fit, since it would not start. Keeping time for a process that
+    cannot start only idles the GPU: round 12 stopped a process with 110 s left, kept for
+    one that needed 168 s."""
+    kept = 0.0
+    for _, (runs, probes) in later:
+        need = process_need(ctx, runs, probes, min_reps)
+        if kept + need > left:
+            break
+        kept += need
+    return kept
+
+
 def serve_session(ctx: Ctx, budget: Budget) -> int:
     """Every process index with work left, in order. A process runs its first ``--min-reps``
     repetitions while they fit the budget, and later repetitions only while the time left also
-    covers what each later process needs for its first ``--min-reps`` (``process_need``);
-    what does not fit is left for a later call (--resume)."""
+    covers what the later processes that can still start need for their first ``--min-reps``
+    (``reserve_for_later``); what does not fit is left for a later call (--resume)."""
     a = ctx.a
     todo = ctx.work_left()
     if not todo:
@@ -1051,9 +1074,7 @@ def serve_session(ctx: Ctx, budget: Budget) -> int:
                     # only run when the later processes' first min_reps still fit
                     later = 0.0
                     if run.rep >= a.min_reps:
-                        later = sum(
-                            process_need(ctx, r2, b2, a.min_reps) for _, (r2, b2) in items[i + 1 :]
-                        )
+                        later = reserve_for_later(ctx, items[i + 1 :], budget.left(), a.min_reps)
                     if not pr.run(run, reserve=later):
                         log(
                             f"p{p}: stopping runs with {budget.left():.0f} s left "

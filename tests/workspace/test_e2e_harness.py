@@ -312,6 +312,58 @@ def test_slowness_scales_a_slow_trees_timeout(model_dir, tmp_path):
     )
 
 
+def test_first_observed_tree_slow_does_not_size_short_runs(model_dir, tmp_path):
+    """Round 12: the only mixed c=64 run on record was the base's (FlashInfer, ~4x slower
+    than the Triton trees at decode), and the next repetition was sized at its rate: 128
+    prompts, 3-s runs for the series. Until every tree has run a cell, an observed tree's
+    rate counts at its speed scaled by its slowness elsewhere."""
+    def record(tree, completed, duration, workload, c):
+        return {
+            "kind": "serve", "ok": True, "model": model_dir.name, "tree": tree,
+            "workload": workload, "concurrency": c, "process": 0, "rep": 0,
+            "run_id": f"{tree}-{workload}-{completed}-{duration}",
+            "vllm": {"completed": completed, "duration": duration},
+        }  # fmt: skip
+
+    resumed = tmp_path / "old.jsonl"
+    rows = [
+        record("base", 16, 32.0, "decode", 1),  # 0.5 req/s
+        record("series", 16, 8.0, "decode", 1),  # 2.0 req/s: base is 4x slower
+        record("base", 733, 64.6, "mixed", 64),  # 11.3 req/s, the only mixed run
+    ]
+    resumed.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    a = runner.parse_args(
+        ["--model", str(model_dir), "--trees", "base", "series", "--out", str(tmp_path),
+         "--quick", "--dry-run", "--resume", str(resumed), "--target-s", "10"]
+    )  # fmt: skip
+    ctx = runner.Ctx(a)
+    base_mixed = 733 / 64.6
+    assert ctx.rate("mixed", 64) == pytest.approx(base_mixed * 4.0)
+    assert ctx.prompts("mixed", 64) >= int(base_mixed * 4.0 * 10) - 1
+    # once every tree of the session has run the cell: the fastest one's own median
+    rows.append(record("series", 600, 12.0, "mixed", 64))
+    resumed.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert runner.Ctx(a).rate("mixed", 64) == pytest.approx(50.0)
+
+
+def test_no_time_kept_for_a_process_that_cannot_start(model_dir, tmp_path):
+    """Round 12: a process stopped its later repetitions with 110 s left, keeping 403 s for
+    later processes of which the next needed 168 s; none could start. Time is kept only for
+    the later processes that fit, in order."""
+    a = runner.parse_args(
+        ["--model", str(model_dir), "--trees", "base", "series", "--out", str(tmp_path),
+         "--quick", "--dry-run", "--processes", "3"]
+    )  # fmt: skip
+    ctx = runner.Ctx(a)
+    later = [(p, ctx.todo(p)) for p in (1, 2)]
+    needs = [runner.process_need(ctx, r, b, 2) for _, (r, b) in later]
+    assert needs[0] > 0 and needs[1] > 0
+    assert runner.reserve_for_later(ctx, later, needs[0] - 1, 2) == 0.0
+    assert runner.reserve_for_later(ctx, later, needs[0] + 1, 2) == pytest.approx(needs[0])
+    assert runner.reserve_for_later(ctx, later, sum(needs) + 1, 2) == pytest.approx(sum(needs))
+    assert runner.reserve_for_later(ctx, [], 1000.0, 2) == 0.0
+
+
 def test_workload_ranges():
     d, p, m = (schedule.WORKLOADS[k] for k in ("decode", "prefill", "mixed"))
     assert d.input_range() == (128, 128) and d.output_range() == (128, 256)
