@@ -317,6 +317,7 @@ def test_first_observed_tree_slow_does_not_size_short_runs(model_dir, tmp_path):
     than the Triton trees at decode), and the next repetition was sized at its rate: 128
     prompts, 3-s runs for the series. Until every tree has run a cell, an observed tree's
     rate counts at its speed scaled by its slowness elsewhere."""
+
     def record(tree, completed, duration, workload, c):
         return {
             "kind": "serve", "ok": True, "model": model_dir.name, "tree": tree,
