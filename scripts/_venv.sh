@@ -1,18 +1,20 @@
 # shellcheck shell=bash
-# Sourced by the scripts: use the active virtual environment, else create and activate .venv,
-# and install the workspace's own requirements when they changed since the last run.
+# Sourced by the scripts: use the active virtual environment, else create and activate .venv
+# (VSERIES_VENV: another folder, e.g. .venv-v0.21.0 for a kept line), and install the
+# workspace's own requirements when they changed since the last run.
+venv=${VSERIES_VENV:-.venv}
 if [ -z "${VIRTUAL_ENV:-}" ]; then
-  if [ ! -x .venv/bin/python ]; then
+  if [ ! -x "$venv/bin/python" ]; then
     py=${PYTHON:-python3}
     if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
       echo "error: Python >= 3.11 is needed (tomllib); set PYTHON=/path/to/python3.11" >&2
       exit 2
     fi
-    echo "setup: creating .venv with $("$py" --version)"
-    "$py" -m venv .venv
+    echo "setup: creating $venv with $("$py" --version)"
+    "$py" -m venv "$venv"
   fi
   # shellcheck disable=SC1091
-  . .venv/bin/activate
+  . "$venv/bin/activate"
 fi
 stamp="$VIRTUAL_ENV/.vseries-requirements"
 # shellcheck source=scripts/_venv_wanted.sh

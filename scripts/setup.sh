@@ -1,24 +1,57 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: a virtual environment, vllm/ at the pin (git, else the
 # verified PyPI source release), the series applied, the editable install with the release
-# kernels, and a summary. Safe to run again: each step does nothing when it is already done.
+# kernels, and a summary; then every kept line's trees (lines/<tag>/: its pin and series),
+# for its contract tier. Safe to run again: each step does nothing when it is already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-case "${1:-}" in
-  -h | --help)
-    echo "usage: scripts/setup.sh [--force]"
-    echo "  venv + vllm/ at the pin + the series applied + pip install -e vllm + summary."
-    echo "  --force: let apply drop uncommitted work or commits outside the series in vllm/,"
-    echo "           after keeping them under refs/vseries/backup/ (see scripts/apply.sh -h)."
-    exit 0
-    ;;
-  "" | --force) ;;
-  *)
-    echo "scripts/setup.sh: unknown option $1 (see scripts/setup.sh --help)" >&2
+usage() {
+  echo "usage: scripts/setup.sh [--force] [--line <tag>]"
+  echo "  venv + vllm/ at the pin + the series applied + pip install -e vllm + summary,"
+  echo "  and the trees of every kept line (lines/<tag>/) for scripts/test.sh's contract tier."
+  echo "  --force: let apply drop uncommitted work or commits outside the series in vllm/,"
+  echo "           after keeping them under refs/vseries/backup/ (see scripts/apply.sh -h)."
+  echo "  --line <tag>: set up a kept line instead (e.g. v0.21.0, the series before the move"
+  echo "           to the main pin): its own venv .venv-<tag>, its tree"
+  echo "           .vseries/lines/<tag>/vllm with its series, installed editable there."
+  echo "  kept lines: $(cd lines 2>/dev/null && ls -d -- */ 2>/dev/null | tr -d / | tr '\n' ' ')"
+}
+force=()
+line=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -h | --help) usage; exit 0 ;;
+    --force) force=(--force) ;;
+    --line)
+      [ $# -ge 2 ] || { echo "scripts/setup.sh: --line needs a tag (see scripts/setup.sh --help)" >&2; exit 2; }
+      line=$2
+      shift
+      ;;
+    --line=*) line=${1#--line=} ;;
+    *)
+      echo "scripts/setup.sh: unknown option $1 (see scripts/setup.sh --help)" >&2
+      exit 2
+      ;;
+  esac
+  shift
+done
+if [ -n "$line" ]; then
+  if [[ ! "$line" =~ ^v[0-9][0-9.]*[A-Za-z0-9.]*$ ]] || [ ! -f "lines/$line/upstream.toml" ]; then
+    echo "scripts/setup.sh: no kept line '${line:0:80}' (lines/ holds:$(cd lines 2>/dev/null && ls -d -- */ 2>/dev/null | tr -d / | tr '\n' ' ' | sed 's/^/ /'))" >&2
+    echo "next: scripts/setup.sh --line <one of them>, or scripts/setup.sh for the main line" >&2
     exit 2
-    ;;
-esac
+  fi
+  export VSERIES_LINE=$line VSERIES_VENV=.venv-$line
+fi
 . scripts/_venv.sh
 python -m vseries materialise
-python -m vseries apply "$@"
+python -m vseries apply "${force[@]}"
 python -m vseries build
+if [ -z "$line" ]; then
+  for pin in lines/*/upstream.toml; do
+    [ -e "$pin" ] || continue
+    tag=$(basename "$(dirname "$pin")")
+    VSERIES_LINE=$tag python -m vseries materialise
+    VSERIES_LINE=$tag python -m vseries apply "${force[@]}"
+  done
+fi

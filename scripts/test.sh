@@ -5,5 +5,12 @@
 # (the workspace tier without the tests marked slow); CI runs everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# --line <tag>: a kept line's tiers alone, from its own venv when scripts/setup.sh --line made one
+for ((i = 1; i <= $#; i++)); do
+  if [ "${!i}" = --line ] && [ $i -lt $# ]; then
+    j=$((i + 1))
+    [ -x ".venv-${!j}/bin/python" ] && export VSERIES_VENV=".venv-${!j}"
+  fi
+done
 . scripts/_venv.sh
 exec python -m vseries test "$@"

@@ -14,7 +14,7 @@ patch only, never on the base or on plain upstream, where they could not fail.
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vseries import pytestrun, series, worktree
+from vseries import git, pytestrun, series, upstreamed, worktree
 from vseries.errors import SeriesError
 from vseries.pytestrun import Case
 from vseries.workspace import Workspace
@@ -73,20 +73,52 @@ def run_one(
 
 
 def check_all(ws: Workspace, base: bool = True) -> list[tuple[series.Entry, Result, Result | None]]:
-    """Run every patch's contract against the installed (patched) vllm and, when ``base``,
-    against the plain pin. Returns (entry, patched result, base result)."""
+    """Run every patch's contract against the patched tree and, when ``base``, against the
+    plain pin. The main line's patched tree is the installed vllm; a kept line's is its own
+    checkout (``.vseries/lines/<tag>/vllm``, on PYTHONPATH). Returns (entry, patched result,
+    base result)."""
+    if ws.line and not git.is_repo(ws.vllm):
+        raise SeriesError(
+            f"the line {ws.line} is not set up ({ws.rel(ws.vllm)} is missing)",
+            "scripts/setup.sh   # sets up every kept line's trees beside the main line",
+        )
     rows = []
     base_dir = worktree.base_tree(ws) if base else None
+    patched_dir = ws.vllm if ws.line else None
     for e in series.load(ws):
         if not e.contract:
             raise SeriesError(
-                f"patch {e.name} names no contract test in patches/series",
-                "add contract=tests/contract/test_<name>.py to its series line",
+                f"patch {e.name} names no contract test in {ws.rel(ws.series_file)}",
+                f"add contract=tests/contract/test_<name>.py to its line in "
+                f"{ws.rel(ws.series_file)}",
             )
         if not (ws.root / e.contract).exists():
             raise SeriesError(f"contract {e.contract} of {e.name} does not exist")
-        rows.append(check_one(e, base_dir, root=ws.root))
+        rows.append(check_one(e, base_dir, patched_dir, root=ws.root))
     return rows
+
+
+def check_upstreamed(ws: Workspace) -> list[tuple[upstreamed.Record, Result]]:
+    """The contracts of the patches upstream took (patches/upstreamed.toml), on the plain pin:
+    each must pass there (a guard: a failure means upstream regressed or reverted it)."""
+    records = [r for r in upstreamed.load(ws) if r.contract]
+    if not records:
+        return []
+    base_dir = worktree.base_tree(ws)
+    return [(r, run_one(r.contract, base_dir, root=ws.root)) for r in records]
+
+
+def report_upstreamed(rows) -> bool:
+    """Print the guards' table; True when every one passes on the plain pin."""
+    good = True
+    for r, res in rows:
+        verdict = "ok (still upstream)"
+        if res.code != 0:
+            verdict, good = "FAILS ON THE PIN: upstream regressed or reverted it", False
+        print(f"{r.name[:58]:58} {res.outcome:10} {'-':10} {verdict}")
+        print(f"    upstreamed at {r.left_at}{', taken in ' + r.taken_in if r.taken_in else ''}")
+        print(f"    pin:     {res.line}")
+    return good
 
 
 def check_one(
@@ -121,7 +153,11 @@ def report(rows) -> bool:
 
 
 def main(args) -> int:
-    return 0 if report(check_all(Workspace.current(), base=not args.patched_only)) else 1
+    ws = Workspace.current()
+    ok = report(check_all(ws, base=not args.patched_only))
+    if not args.patched_only:
+        ok = report_upstreamed(check_upstreamed(ws)) and ok
+    return 0 if ok else 1
 
 
 def add_parser(sub) -> None:

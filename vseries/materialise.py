@@ -49,14 +49,16 @@ def ensure(route: str = "auto", quiet: bool = False, ws: Workspace | None = None
                 "run scripts/setup.sh",
             )
         if not quiet:
-            print(f"materialise: vllm/ present ({source_of(vdir)})")
+            print(f"materialise{ws.label}: {ws.rel(vdir)} present ({source_of(vdir)})")
         return vdir
     if vdir.exists() and any(vdir.iterdir()):
         raise SeriesError(
             f"{vdir} holds files but is not a git checkout; nothing was changed",
             f"mv {vdir} {vdir}.old && scripts/setup.sh",
         )
-    if route in ("auto", "git") and not git.offline():
+    if ws.line and git.is_repo(ws.main.vllm) and git.rev(ws.main.vllm, pin.commit):
+        return _line_from_main(ws, pin.commit, pin.tag)
+    if route in ("auto", "git") and not git.offline() and not ws.line:
         if release.submodule_by_git(ws.root, pin):
             print(f"materialise: vllm/ from git at {pin.commit[:12]}")
             return vdir
@@ -66,7 +68,7 @@ def ensure(route: str = "auto", quiet: bool = False, ws: Workspace | None = None
                 "scripts/setup.sh   # without --source, falls back to PyPI",
             )
     tarball = fetch.fetch(pin.package, pin.source)
-    vdir.mkdir(exist_ok=True)
+    vdir.mkdir(parents=True, exist_ok=True)
     try:
         release.repo_from_sdist(
             tarball,
@@ -79,6 +81,12 @@ def ensure(route: str = "auto", quiet: bool = False, ws: Workspace | None = None
         shutil.rmtree(vdir, ignore_errors=True)  # never leave a half-built tree
         vdir.mkdir(exist_ok=True)
         raise
+    if ws.line:  # a kept line's own repository: not the submodule
+        print(
+            f"materialise{ws.label}: {ws.rel(vdir)} from the verified source release "
+            f"{pin.source.filename}; HEAD {pin.commit[:12]} = {pin.tag} via git replace"
+        )
+        return vdir
     # Register it as the submodule and move its .git under the superproject's modules/.
     git.run(ws.root, "submodule", "init", "vllm", check=False)
     git.run(ws.root, "submodule", "absorbgitdirs", "vllm", check=False)
@@ -86,6 +94,27 @@ def ensure(route: str = "auto", quiet: bool = False, ws: Workspace | None = None
         f"materialise: vllm/ from the verified source release {pin.source.filename} "
         f"(no git route); HEAD {pin.commit[:12]} = {pin.tag} via git replace"
     )
+    return vdir
+
+
+def _line_from_main(ws: Workspace, commit: str, tag: str) -> Path:
+    """A kept line's repository from the main line's vllm/, which holds the line's pinned
+    commit (right after a rebase, or once both were materialised): a clone sharing its
+    objects, with its replace refs and tags, detached at the commit. Nothing is downloaded."""
+    vdir, main = ws.vllm, ws.main.vllm
+    vdir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        git.run(vdir.parent, "clone", "-q", "--shared", "--no-checkout", str(main), vdir.name)
+        git.run(vdir, "fetch", "-q", str(main), "+refs/replace/*:refs/replace/*", "+refs/tags/*:refs/tags/*")
+        git.run(vdir, "checkout", "-q", "--detach", commit)
+        for b in git.run(vdir, "for-each-ref", "--format=%(refname:short)", "refs/heads").split():
+            git.run(vdir, "branch", "-q", "-D", b)  # the main line's branches are not this line's
+        git.run(vdir, "remote", "remove", "origin")
+        git.run(vdir, "config", "vseries.source", f"the main line's vllm/ ({source_of(main)})")
+    except BaseException:
+        shutil.rmtree(vdir, ignore_errors=True)  # never leave a half-made tree
+        raise
+    print(f"materialise{ws.label}: {ws.rel(vdir)} from the main line's vllm/; HEAD {commit[:12]} = {tag}")
     return vdir
 
 

@@ -14,6 +14,7 @@ import subprocess
 import time
 
 from vseries import contract, host, upstream, worktree
+from vseries import pin as pinmod
 from vseries.errors import SeriesError
 from vseries.pytestrun import PYTEST
 from vseries.workspace import Workspace
@@ -62,7 +63,18 @@ def tier_workspace(ws: Workspace, fast: bool) -> bool:
 
 
 def tier_contract(ws: Workspace, fast: bool) -> bool:
-    return contract.report(contract.check_all(ws, base=True))
+    """Every patch's contract, base vs patched, for this line and (on the main line) for each
+    kept line (``lines/<tag>/``); the contracts of upstreamed patches on the plain pin."""
+    good = True
+    for line in [ws, *([] if ws.line else ws.lines())]:
+        pin = pinmod.load(line.pin_file)
+        print(f"contract tier{line.label or ' (main line)'}: {pin.tag}, {line.rel(line.vllm)}")
+        good = contract.report(contract.check_all(line, base=True)) and good
+        guards = contract.check_upstreamed(line)
+        if guards:
+            print(f"upstreamed patches{line.label}: their contracts on plain {pin.tag}")
+            good = contract.report_upstreamed(guards) and good
+    return good
 
 
 def tier_upstream(ws: Workspace, fast: bool) -> bool | None:
@@ -84,13 +96,26 @@ def tier_upstream(ws: Workspace, fast: bool) -> bool | None:
     return ok
 
 
+def line_workspace(ws: Workspace, tag: str) -> Workspace:
+    """The kept line ``tag`` of ``ws``; a SeriesError naming the kept lines when there is none."""
+    kept = [w.line for w in ws.main.lines()]
+    if tag not in kept:
+        raise SeriesError(
+            f"no kept line {tag[:80]!r} (lines/ holds {kept or 'none'})",
+            "scripts/test.sh --line <one of them>, or scripts/test.sh for the main line",
+        )
+    return Workspace(ws.root, tag)
+
+
 RUN = {"workspace": tier_workspace, "contract": tier_contract, "upstream": tier_upstream}
 
 
 def main(args) -> int:
     ws = Workspace.current()
+    if args.line:
+        ws = line_workspace(ws, args.line)
     tiers = args.tier or list(FAST if args.fast else TIERS)
-    if set(tiers) & {"contract", "upstream"}:  # these import the installed vLLM
+    if set(tiers) & {"contract", "upstream"} and not ws.line:  # these import the installed vLLM
         installed_tree_ok(ws)
     results = {}
     for t in tiers:
@@ -121,5 +146,11 @@ def add_parser(sub) -> None:
         "--fast",
         action="store_true",
         help="the quick loop: workspace tier, tests marked slow deselected",
+    )
+    p.add_argument(
+        "--line",
+        metavar="TAG",
+        help="a kept line (lines/TAG/) alone: its contract tier against its own trees "
+        "(the full run already includes every kept line's contract tier)",
     )
     p.set_defaults(func=main)

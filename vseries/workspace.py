@@ -5,11 +5,19 @@ A workspace is a folder holding ``upstream.toml`` (the pin), ``patches/`` (the s
 take a ``Workspace`` and pass it down; nothing changes the process environment to point the
 code at another workspace (``rebase --check`` builds a scratch ``Workspace`` and hands it on).
 
-``Workspace.current()`` is the one place that reads ``VSERIES_ROOT``: the command line (and
-the tests, on copies) start from it.
+``Workspace.current()`` is the one place that reads ``VSERIES_ROOT`` and ``VSERIES_LINE``: the
+command line (and the tests, on copies) start from it.
+
+Lines. The main line is the pin at the root (``upstream.toml``, ``patches/``, ``vllm/``). A
+rebase keeps the line it leaves under ``lines/<tag>/`` (its ``upstream.toml`` and
+``patches/``), so that users of the older release keep their series. ``Workspace(root,
+line=tag)`` is that line as a workspace of its own: its pin and patches from ``lines/<tag>/``,
+its checkout and scratch under ``.vseries/lines/<tag>/`` (the ``vllm/`` submodule is the main
+line's).
 """
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,21 +34,46 @@ class Workspace:
     """
 
     root: Path
+    line: str | None = None
 
     @classmethod
     def current(cls) -> "Workspace":
-        """The workspace the command runs in: ``VSERIES_ROOT`` when set, else HOME."""
-        return cls(Path(os.environ.get("VSERIES_ROOT", HOME)).resolve())
+        """The workspace the command runs in: ``VSERIES_ROOT`` when set, else HOME; the kept
+        line ``VSERIES_LINE`` of it when that is set (``scripts/*.sh --line <tag>``)."""
+        return cls(
+            Path(os.environ.get("VSERIES_ROOT", HOME)).resolve(),
+            os.environ.get("VSERIES_LINE") or None,
+        )
+
+    @property
+    def main(self) -> "Workspace":
+        """The main line of this workspace (itself when it is the main line)."""
+        return Workspace(self.root)
+
+    @property
+    def line_dir(self) -> Path:
+        """Where a kept line's pin and patches live: ``<root>/lines/<tag>`` (the root itself
+        for the main line)."""
+        return self.root / "lines" / self.line if self.line else self.root
+
+    def lines(self) -> list["Workspace"]:
+        """The kept lines of this workspace (``lines/<tag>/upstream.toml``), oldest tag last."""
+        found = [p.parent.name for p in (self.root / "lines").glob("*/upstream.toml")]
+        return [Workspace(self.root, t) for t in sorted(found, key=_tag_key, reverse=True)]
 
     @property
     def vllm(self) -> Path:
-        """The upstream checkout (the git submodule), ``<root>/vllm``."""
+        """The upstream checkout: the git submodule ``<root>/vllm``; for a kept line its own
+        repository ``.vseries/lines/<tag>/vllm``."""
+        if self.line:
+            return self.root / ".vseries" / "lines" / self.line / "vllm"
         return self.root / "vllm"
 
     @property
     def patches(self) -> Path:
-        """The patch files and the series file, ``<root>/patches``."""
-        return self.root / "patches"
+        """The patch files and the series file, ``<root>/patches`` (a kept line's:
+        ``lines/<tag>/patches``)."""
+        return self.line_dir / "patches"
 
     @property
     def series_file(self) -> Path:
@@ -48,12 +81,20 @@ class Workspace:
 
     @property
     def pin_file(self) -> Path:
-        return self.root / "upstream.toml"
+        return self.line_dir / "upstream.toml"
 
     @property
     def state(self) -> Path:
-        """Workspace-local scratch (base worktree, rebase state, reports); ignored by git."""
+        """Workspace-local scratch (base worktree, rebase state, reports); ignored by git.
+        A kept line's: ``.vseries/lines/<tag>/state``."""
+        if self.line:
+            return self.root / ".vseries" / "lines" / self.line / "state"
         return self.root / ".vseries"
+
+    @property
+    def label(self) -> str:
+        """How messages name this line: "" for the main line, " (line v0.21.0)" else."""
+        return f" (line {self.line})" if self.line else ""
 
     def rel(self, path: Path) -> str:
         """``path`` relative to the root when it is inside it, else the whole path."""
@@ -61,6 +102,11 @@ class Workspace:
             return str(path.relative_to(self.root))
         except ValueError:
             return str(path)
+
+
+def _tag_key(tag: str) -> tuple:
+    """Sort key of a release tag: v0.21.0 < v0.34.0 < v0.100.0 (numbers compared as such)."""
+    return tuple(int(n) if n.isdigit() else n for n in re.split(r"(\d+)", tag))
 
 
 def cache_dir() -> Path:

@@ -136,6 +136,38 @@ def test_same_change_upstream_is_upstreamed_and_dropped(two, index):
     assert not (two / ".vseries" / "rebase" / "state.json").exists()
 
 
+def test_rebase_keeps_the_old_line_and_records_the_upstreamed_patch(two, index):
+    """The line the series leaves stays in lines/<old tag>/ (pin and patches as they were,
+    a branch in vllm/), set up on its own by materialise/apply with VSERIES_LINE; the patch
+    upstream took is recorded with its evidence and contract in patches/upstreamed.toml."""
+    from vseries import materialise, upstreamed
+    from vseries.workspace import Workspace
+
+    old_pin = (two / "upstream.toml").read_bytes()
+    old_patches = {p.name: p.read_bytes() for p in (two / "patches").iterdir()}
+    old_tag = pinmod.load().tag
+    publish(index, "0.99.0", {"a.py": A, "b.py": "x = 2\n"})  # upstream took 0001 only
+    assert cli("v0.99.0", "--commit", FULL) == 0
+    kept = two / "lines" / old_tag
+    assert (kept / "upstream.toml").read_bytes() == old_pin
+    assert {p.name: p.read_bytes() for p in (kept / "patches").iterdir()} == old_patches
+    vdir = two / "vllm"
+    assert git(vdir, "rev-list", "--count", f"series-{old_tag}") != ""
+    [rec] = upstreamed.load(Workspace(two))
+    assert rec.subject == "[Perf] b two" and rec.contract == "tests/none_b.py"
+    assert (rec.left_at, rec.left_from) == ("v0.99.0", old_tag)
+    assert any("applies in reverse on v0.99.0" in e for e in rec.evidence)
+    assert "kept in lines/" in report_of(two)
+    line = Workspace(two, old_tag)
+    assert [w.line for w in Workspace(two).lines()] == [old_tag]
+    materialise.ensure(ws=line)
+    apply.apply(ws=line)
+    lv = line.vllm
+    assert (lv / "b.py").read_text() == "x = 2\n" and "five" in (lv / "a.py").read_text()
+    assert git(lv, "rev-list", "--count", f"{pinmod.load(line.pin_file).commit}..HEAD") == "2"
+    assert (vdir / "b.py").read_text() == "x = 2\n"  # the main line is untouched
+
+
 def test_upstream_taking_one_of_two_hunks_is_partly_upstreamed(two, index):
     publish(index, "0.99.0", {"a.py": A.replace("line 5\n", "five\n"), "b.py": "x = 1\n"})
     assert cli("v0.99.0", "--commit", FULL) == 0

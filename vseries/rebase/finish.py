@@ -1,9 +1,12 @@
 """After the last patch: the report; and, unless --check, the series branch, the pin, patches/,
-the series and the superproject's gitlink moved to the new release."""
+the series and the superproject's gitlink moved to the new release, the line it leaves kept
+under ``lines/<old tag>/`` and the patches upstream took recorded in
+``patches/upstreamed.toml``."""
 
+import shutil
 from pathlib import Path
 
-from vseries import am, git, refresh, series
+from vseries import am, git, refresh, series, upstreamed
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
 from vseries.pin import Artefact
@@ -15,10 +18,56 @@ from vseries.rebase.undo import OWN_REFS, drop_refs
 from vseries.workspace import Workspace
 
 
+def keep_line(ws: Workspace, st: State, store: Store, notes: list[str]) -> None:
+    """The line the series leaves, as it was before the rebase (its pin and patches/), into
+    ``lines/<old tag>/``: users of that release keep their series (``scripts/setup.sh --line
+    <old tag>``), and its contracts keep running (``scripts/test.sh``)."""
+    dest = ws.main.root / "lines" / st.old.tag
+    if dest.exists():
+        shutil.rmtree(dest)
+        notes.append(f"the line {st.old.tag} kept before in {ws.rel(dest)} is replaced")
+    dest.mkdir(parents=True)
+    shutil.copy2(store.backup / "upstream.toml", dest / "upstream.toml")
+    shutil.copytree(store.backup / "patches", dest / "patches")
+    tip = git.rev(ws.vllm, REFS + "orig-series") or st.orig_head
+    git.run(ws.vllm, "update-ref", f"refs/heads/{am.BRANCH}-{st.old.tag}", tip)
+    notes.append(
+        f"the line {st.old.tag} is kept in {ws.rel(dest)} (set it up: scripts/setup.sh --line "
+        f"{st.old.tag}); its series branch as {am.BRANCH}-{st.old.tag} in vllm/"
+    )
+
+
+def record_upstreamed(ws: Workspace, st: State, notes: list[str]) -> None:
+    """The patches classed upstreamed, with their evidence, into patches/upstreamed.toml."""
+    gone = [r for r in st.rows if r.cls == UPSTREAMED]
+    if not gone:
+        return
+    upstreamed.add(
+        ws,
+        [
+            upstreamed.Record(
+                name=r.name,
+                subject=r.subject,
+                contract=r.options.get("contract", ""),
+                left_at=st.new.tag,
+                left_from=st.old.tag,
+                evidence=list(r.evidence),
+            )
+            for r in gone
+        ],
+    )
+    notes.append(
+        f"{len(gone)} upstreamed patch(es) recorded in {ws.rel(upstreamed.path(ws))}; their "
+        "contracts run on the pin as guards"
+    )
+
+
 def _move(ws: Workspace, st: State, notes: list[str]) -> None:
     """Move the series branch, pin, patches/, series and gitlink to the new release."""
     vdir, rel = ws.vllm, st.new
     stamp = st.stamp_now()
+    if not ws.line:
+        keep_line(ws, st, Store(ws), notes)
     if git.rev(vdir, REFS + "orig-series"):
         git.run(
             vdir,
@@ -53,6 +102,7 @@ def _move(ws: Workspace, st: State, notes: list[str]) -> None:
         [series.Entry(e.name, c.options) for e, c in zip(new_entries, carried, strict=True)],
         ws.series_file,
     )
+    record_upstreamed(ws, st, notes)
     link = git.gitlink(ws.root)
     if link and rel.full:
         git.run(ws.root, "update-index", "--cacheinfo", f"160000,{rel.base},vllm")

@@ -6,7 +6,7 @@ from pathlib import Path
 from vseries import am, git
 from vseries.errors import SeriesError
 from vseries.rebase.contracts import Contracts
-from vseries.rebase.state import REFS, State, Store
+from vseries.rebase.state import FINISHING, REFS, State, Store
 from vseries.workspace import Workspace
 
 # refs the engine makes in vllm/ for the length of a rebase
@@ -68,6 +68,15 @@ def abort(ws: Workspace, quiet: bool = False) -> int:
     if (backup / "patches").exists() and _snapshot(backup / "patches") != _snapshot(ws.patches):
         shutil.rmtree(ws.patches, ignore_errors=True)
         shutil.copytree(backup / "patches", ws.patches)
+    kept = ws.main.root / "lines" / st.old.tag  # written by a finish that was cut short
+    if (
+        not ws.line
+        and st.status == FINISHING
+        and (backup / "upstream.toml").exists()
+        and (kept / "upstream.toml").exists()
+        and _snapshot(kept / "upstream.toml") == _snapshot(backup / "upstream.toml")
+    ):
+        shutil.rmtree(kept)
     if st.gitlink and git.gitlink(root) != st.gitlink:
         git.run(root, "update-index", "--cacheinfo", f"160000,{st.gitlink},vllm")
     Contracts(ws, st, lambda: None).remove_trees()
