@@ -5,6 +5,7 @@
 # for its contract tier. Safe to run again: each step does nothing when it is already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+kept() { find lines -mindepth 2 -maxdepth 2 -name upstream.toml 2>/dev/null | cut -d/ -f2 | sort | tr '\n' ' '; }
 usage() {
   echo "usage: scripts/setup.sh [--force] [--line <tag>]"
   echo "  venv + vllm/ at the pin + the series applied + pip install -e vllm + summary,"
@@ -14,7 +15,7 @@ usage() {
   echo "  --line <tag>: set up a kept line instead (e.g. v0.21.0, the series before the move"
   echo "           to the main pin): its own venv .venv-<tag>, its tree"
   echo "           .vseries/lines/<tag>/vllm with its series, installed editable there."
-  echo "  kept lines: $(cd lines 2>/dev/null && ls -d -- */ 2>/dev/null | tr -d / | tr '\n' ' ')"
+  echo "  kept lines: $(kept)"
 }
 force=()
 line=""
@@ -37,7 +38,7 @@ while [ $# -gt 0 ]; do
 done
 if [ -n "$line" ]; then
   if [[ ! "$line" =~ ^v[0-9][0-9.]*[A-Za-z0-9.]*$ ]] || [ ! -f "lines/$line/upstream.toml" ]; then
-    echo "scripts/setup.sh: no kept line '${line:0:80}' (lines/ holds:$(cd lines 2>/dev/null && ls -d -- */ 2>/dev/null | tr -d / | tr '\n' ' ' | sed 's/^/ /'))" >&2
+    echo "scripts/setup.sh: no kept line '${line:0:80}' (lines/ holds: $(kept))" >&2
     echo "next: scripts/setup.sh --line <one of them>, or scripts/setup.sh for the main line" >&2
     exit 2
   fi
