@@ -12,6 +12,10 @@ template is still in that source.
 import re
 from datetime import datetime
 
+# The release whose log formats this module reads (the v0.21.0 line; v0.34.0 logs other
+# messages from other files: not parsed yet). The template test checks them in that source.
+LOG_FORMATS = "v0.21.0"
+
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 HEADER = re.compile(
     r"(?:\((?P<proc>[^()]*?) pid=(?P<pid>\d+)\)\s+)?"

@@ -33,7 +33,22 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from e2e import compile_hook, logparse, models, report, results, schedule, servers  # noqa: E402
 from e2e import serve as runner  # noqa: E402
 
-PIN = "9da56fd18b95ff1b11360e8400f7c41b126d190b"
+
+def _source_of(tag: str) -> tuple[Path, str] | None:
+    """The checkout and commit of release ``tag`` in this workspace: the main line's vllm/ when
+    the pin (upstream.toml) is that release, else a kept line's tree (lines/<tag>/), read from
+    its own pin; None when neither is materialised."""
+    from vseries import pin as pinmod
+
+    for pin_file, tree in (
+        (ROOT / "upstream.toml", ROOT / "vllm"),
+        (ROOT / "lines" / tag / "upstream.toml", ROOT / ".vseries" / "lines" / tag / "vllm"),
+    ):
+        if pin_file.exists() and (tree / ".git").exists():
+            pin = pinmod.load(pin_file)
+            if pin.tag == tag:
+                return tree, pin.commit
+    return None
 
 
 def _has(mod: str) -> bool:
@@ -616,12 +631,20 @@ TEMPLATES = [
 ]
 
 
-@pytest.mark.skipif(not (ROOT / "vllm" / ".git").exists(), reason="vllm/ is not materialised")
+@pytest.mark.skipif(
+    _source_of(logparse.LOG_FORMATS) is None,
+    reason=f"no checkout of {logparse.LOG_FORMATS} here (main line or lines/; scripts/setup.sh)",
+)
 def test_templates_are_in_the_pinned_source():
+    """Every log template the harness parses is in the source of the release whose logs it
+    reads (logparse.LOG_FORMATS), found through the pins (the main line's, or a kept line's)."""
+    tree, commit = _source_of(logparse.LOG_FORMATS)
     for path, template in TEMPLATES:
-        assert template in git(ROOT / "vllm", "show", f"{PIN}:{path}"), (path, template)
-    # the series' own warm-up line (patch 0004), while the series has it
-    warm = [p for p in (ROOT / "patches").glob("*.patch") if "fused-MoE warmup" in p.read_text()]
+        assert template in git(tree, "show", f"{commit}:{path}"), (path, template)
+    # the series' own warm-up line (patch 0004), while that line's series has it
+    line = ROOT / "lines" / logparse.LOG_FORMATS / "patches"
+    patches = line if line.is_dir() else ROOT / "patches"
+    warm = [p for p in patches.glob("*.patch") if "fused-MoE warmup" in p.read_text()]
     for p in warm:
         assert '"Triton fused-MoE warmup: %d layer calls over 1..%d tokens in %.2f s "' in (
             p.read_text()
