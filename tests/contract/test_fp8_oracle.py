@@ -10,14 +10,17 @@ The contract, checked against whatever vLLM is importable, on a mocked SM90 CUDA
 with FlashInfer's MoE kernels mocked as installed and DeepGEMM as absent (no GPU touched):
 - per-tensor FP8 MoE (static or dynamic per-tensor activations), no EP, no user choice:
   TRITON;
+- the same for a compressed-tensors checkpoint (VLLM_CUTLASS allowed), with no setting;
 - an explicit user choice still wins: `moe_backend="flashinfer_cutlass"` (--moe-backend)
   and, in releases that have it (up to v0.22.0), VLLM_USE_FLASHINFER_MOE_FP8=1 both give
   FLASHINFER_CUTLASS;
-- VLLM_USE_FLASHINFER_MOE_FP8=0 (where the release has it) turns FlashInfer off, not the SM90
-  rule: a compressed-tensors checkpoint (VLLM_CUTLASS allowed, and made a candidate by the
-  mocks) still gets TRITON, as without the setting (v0.21.0: VLLM_CUTLASS); on the H200
-  TRITON beat vLLM's CUTLASS in 17 of 20 timings (benchmarks/results/fp8_oracle.md);
+- with expert parallelism per-tensor FP8 keeps the release's order (FLASHINFER_CUTLASS);
 - block FP8 keeps v0.21.0's rule: TRITON without EP, FLASHINFER_CUTLASS with EP.
+
+The meaning of VLLM_USE_FLASHINFER_MOE_FP8=0 is not part of the contract: the v0.21.0 patch
+also made it give TRITON instead of VLLM_CUTLASS on compressed-tensors checkpoints; the
+v0.34.0 port dropped that (v0.34.0 has no such variable; where a release has it, its
+meaning is the release's).
 
 It runs against any release from v0.21.0 on: the FusedMoEConfig is built from the fields the
 release's signature takes, and the oracle runs inside a current VllmConfig as it does when
@@ -242,17 +245,15 @@ def test_explicit_flashinfer_env_wins(oracle, monkeypatch):
     assert _select(oracle, _moe_config(), "per_tensor_static") == "FLASHINFER_CUTLASS"
 
 
-def test_flashinfer_off_keeps_triton_over_vllm_cutlass(oracle, monkeypatch):
-    from vllm import envs
-
-    if "VLLM_USE_FLASHINFER_MOE_FP8" not in envs.environment_variables:
-        pytest.skip("this release has no VLLM_USE_FLASHINFER_MOE_FP8 (removed by v0.24.0)")
-    supported, reason = _supports(oracle, "per_tensor_static", "VLLM_CUTLASS")
-    if not supported:  # a TRITON answer would not show that it was preferred
-        raise RuntimeError(f"precondition: VLLM_CUTLASS is no candidate here ({reason})")
-    monkeypatch.setenv("VLLM_USE_FLASHINFER_MOE_FP8", "0")
+def test_compressed_tensors_per_tensor_fp8_defaults_to_triton(oracle):
+    # compressed-tensors passes allow_vllm_cutlass=True; FLASHINFER_CUTLASS is a candidate
+    # (checked by the fixture), so TRITON only comes from the SM90 rule.
     config = _moe_config()
     assert _select(oracle, config, "per_tensor_static", allow_vllm_cutlass=True) == "TRITON"
+
+
+def test_per_tensor_fp8_with_ep_keeps_flashinfer_cutlass(oracle):
+    assert _select(oracle, _moe_config(ep_size=2), "per_tensor_static") == "FLASHINFER_CUTLASS"
 
 
 @pytest.mark.parametrize(

@@ -307,6 +307,52 @@ def test_continue_after_a_manual_fix(two, index):
     assert series.load()[0].contract == "tests/none_b.py"
 
 
+def test_continue_with_a_port_replaces_the_stopped_patch(two, index, tmp_path):
+    """A conflict stopped by the rebase is replaced by a port written against the new release
+    (its own code and message): --continue --port FILE. A port that does not apply leaves the
+    rebase stopped and vllm/ at the last decision."""
+    new_a = A.replace("line 30\n", "THIRTY\n")
+    publish(index, "0.99.0", {"a.py": new_a, "b.py": "x = 1\n"})
+    with pytest.raises(SeriesError, match="conflicts"):
+        cli("v0.99.0", "--commit", FULL)
+    vdir = two / "vllm"
+    head = git(vdir, "rev-parse", "HEAD")
+    # a port made on a plain checkout of the new release, with its own message
+    port_repo = tmp_path / "port"
+    port_repo.mkdir()
+    git(port_repo, "init", "-q")
+    (port_repo / "a.py").write_text(new_a)
+    (port_repo / "b.py").write_text("x = 2\n")  # the state after the first, carried patch
+    git(port_repo, "add", ".")
+    git(port_repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
+    with pytest.raises(SeriesError, match="no such file"):
+        cli("--continue", "--port", str(tmp_path / "missing.patch"))
+    (port_repo / "a.py").write_text(new_a.replace("line 7\n", "LINE SEVEN\n"))
+    git(port_repo, "commit", "-qam", "drift")
+    bad = make_patch(port_repo, tmp_path / "bad", edit("a.py", "LINE SEVEN", "seven"), "[K] x")
+    with pytest.raises(SeriesError, match="does not apply"):
+        cli("--continue", "--port", str(bad))
+    assert git(vdir, "rev-parse", "HEAD") == head and not (vdir / ".git" / "rebase-apply").exists()
+    (port_repo / "a.py").write_text(new_a)
+    git(port_repo, "commit", "-qam", "back")
+    port = make_patch(
+        port_repo,
+        tmp_path / "out",
+        edit("a.py", "THIRTY\n", "THIRTY and thirty\n"),
+        "[Kernel] a thirty, ported",
+    )
+    (vdir / "a.py").write_text("half a fix")  # whatever the open session holds is dropped
+    git(port_repo, "checkout", "-q", "--detach")
+    assert cli("--continue", "--port", str(port)) == 0
+    rep = report_of(two)
+    assert list(rows_of(rep).values()) == [rebase.CLEAN, rebase.RESOLVED]
+    assert "replaced by a port to v0.99.0" in rep
+    text = series.load()[1].path.read_text()
+    assert "Subject: [Kernel] a thirty, ported" in text and "+THIRTY and thirty" in text
+    assert "+five" not in text
+    assert git(vdir, "rev-list", "--count", f"{FULL}..series") == "2" and head
+
+
 def test_upstream_going_part_of_the_way_is_partly_upstreamed_after_the_fix(
     tiny, index, monkeypatch, tmp_path
 ):

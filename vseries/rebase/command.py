@@ -21,8 +21,12 @@ def main(args) -> int:
         return undo.abort(ws)
     if args.skip:
         return control.skip(ws)
+    if args.port and not args.cont:
+        raise SeriesError(
+            "--port goes with --continue", "scripts/rebase.sh --continue --port <patch file>"
+        )
     if args.cont:
-        return control.resume(ws)
+        return control.resume(ws, args.port)
     if not args.target:
         raise SeriesError("name the release to rebase onto", "scripts/rebase.sh v0.22.0")
     if args.commit and not SHA1.match(args.commit):
@@ -71,5 +75,12 @@ def add_parser(sub) -> None:
         help="go on after fixing a conflict (or a stop), or after an interrupted run",
     )
     g.add_argument("--skip", action="store_true", help="drop the patch that stopped and go on")
+    p.add_argument(
+        "--port",
+        type=Path,
+        metavar="FILE",
+        help="with --continue: replace the stopped patch by FILE, a port of it to the new "
+        "release (git format-patch output: its code and its message)",
+    )
     g.add_argument("--abort", action="store_true", help="put everything back as before")
     p.set_defaults(func=main)

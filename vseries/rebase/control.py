@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from vseries import am, git
+from vseries import am, git, patchfile
 from vseries.errors import SeriesError
 from vseries.rebase import engine, undo
 from vseries.rebase.decide import decide
@@ -37,17 +37,56 @@ def _continue_am(ws: Workspace, store: Store, name: str) -> None:
         )
 
 
-def resume(ws: Workspace) -> int:
+def _port(ws: Workspace, st, port: Path) -> None:
+    """--continue --port FILE: the stopped patch is replaced by FILE, a port of it written
+    against the new release (a ``git format-patch`` e-mail, its own message and all): the open
+    am session is dropped (HEAD goes back to the last decision) and FILE is applied in its
+    place as every verb commits (``git am -3 -k``, fixed committer).
+
+    Raises:
+        SeriesError: FILE is missing or not a patch, or it does not apply there (vllm/ is back
+            at the last decision, the rebase still stopped).
+    """
+    port = port.resolve()
+    if not port.is_file():
+        raise SeriesError(
+            f"--port {port}: no such file", "scripts/rebase.sh --continue --port <patch file>"
+        )
+    patchfile.check(port, ws.root, None)
+    vdir = ws.vllm
+    if git.in_progress(vdir):
+        git.run(vdir, "am", "--abort", check=False)
+    git.run(vdir, "checkout", "-q", "-f", "--detach", st.head)
+    out = am.am(vdir, port)
+    if git.in_progress(vdir):
+        why = am.explain(vdir, port, out)
+        git.run(vdir, "am", "--abort", check=False)
+        git.run(vdir, "checkout", "-q", "-f", "--detach", st.head)
+        raise SeriesError(
+            f"the port {port.name} does not apply on {st.new.tag} + the patches before it "
+            f"(vllm/ is back at the last decision; the rebase is still stopped):\n{why}",
+            "fix the port against that state, then scripts/rebase.sh --continue --port "
+            f"{port}   # or fix vllm/ by hand and --continue",
+        )
+
+
+def resume(ws: Workspace, port: Path | None = None) -> int:
     """--continue: after a hand fix of a conflict, after a stop on lines added twice (the
-    commit as it is now on HEAD is kept), or after a run that was killed midway.
+    commit as it is now on HEAD is kept), or after a run that was killed midway. With
+    ``port``, the stopped patch is replaced by that patch file (a port of it to the new
+    release).
 
     Raises:
         SeriesError: no rebase in progress; unmerged files remain; the fix changes nothing
-            (use --skip).
+            (use --skip); --port while no patch is stopped, or a port that does not apply.
     """
     store = Store(ws)
     st = undo.need_state(store)
     vdir = ws.vllm
+    if port is not None:
+        if st.status not in (CONFLICT, TWICE):
+            raise SeriesError("--port replaces a stopped patch, and none is waiting", NEXT)
+        _port(ws, st, port)
     if st.status == STARTING:  # killed before the replay began: begin once more
         undo.abort(ws, quiet=True)
         print(f"rebase: the last run stopped before replaying; starting again on {st.target}")
@@ -60,7 +99,10 @@ def resume(ws: Workspace) -> int:
     if st.status in (CONFLICT, TWICE) and head != st.head:
         text = (store.backup / "patches" / row.name).read_text(errors="replace")
         ev = Evidence(st.new.tag, st.old.tag, row.options.get("contract"), am="applied")
-        if st.status == CONFLICT:
+        if port is not None:
+            prefix = [f"replaced by a port to {st.new.tag} ({port.name}, --continue --port)"]
+            ev.threeway = ev.resolved = True
+        elif st.status == CONFLICT:
             files = next(
                 (m.group(1) for e in row.evidence if (m := re.search(r"unmerged files: (.*)", e))),
                 "",
