@@ -264,7 +264,8 @@ def stop(st: State, store: Store, row: Row, d: Decision, status: str) -> None:
             f"patch {row.name} conflicts on {tag} + the patches before it; the git am "
             f"session is open in vllm/:\n{why}\n" + "\n".join(d.evidence[1:]),
             "fix the files in vllm/ and git -C vllm add them, then "
-            "scripts/rebase.sh --continue   # or --skip (drop it) or --abort",
+            "scripts/rebase.sh --continue   # or --continue --port <a port of the patch to "
+            f"{tag}, git format-patch output>, --skip (drop it) or --abort",
         )
     raise SeriesError(
         f"patch {row.name} would add lines twice on {tag} + the patches before it; it is "
