@@ -17,12 +17,18 @@ vllm/models/deepseek_v4/common/ops/, v0.33.0's ``FusedInvRopeFP8QuantKernel.kern
   release that made part of the change passes those ids and fails the others (v0.22.0 stopped
   specialising the rope kernel's ``num_tokens``, v0.33.0 also ``scale_stride_k``; neither
   ``scale_stride_group`` nor ``quantize_and_insert_k_kernel``'s ``num_tokens``). And the rope
-  kernel's real host code, run on CPU tensors, selects one JIT cache key (computed with
-  Triton's own binder for sm_90) for every token count of the sweep, in both scale layouts.
+  kernel's real host code, run on CPU tensors, selects one JIT specialisation (computed with
+  Triton's own binder for sm_90) for every token count of the sweep, in both scale layouts,
+  per launch-options class: the launch options (num_warps, num_stages) are the host code's
+  own choice, not Triton's specialisation of an argument. v0.21.0 always launches with
+  num_warps=1; v0.33.0+ picks 4 warps when the grid has fewer than 2048 programs and 1
+  otherwise (a second, deliberate variant, first met at T=1000 with 16 heads in 2 groups,
+  which its startup JIT warm-up compiles with ``WarmupChoices(1, 4)``).
   A guard (``@pytest.mark.guard``: run with the patch only, since on the base it compares
   the kernel with itself) checks that giving the hints up changes no instruction of the
   sm_90 PTX.
-- CUDA (skipped elsewhere): warm up at T=1, then the sweep compiles nothing more; outputs are
+- CUDA (skipped elsewhere): warm up at T=1, then the sweep compiles nothing more than one
+  variant per launch-options class, at the first T of that class; outputs are
   bit-identical to a variant that specialises every integer argument (``triton.jit(kernel.fn)``,
   the base behaviour, built in-process) and match a float32 reference; the largest T, where
   the input offsets pass 2**31 elements, runs without an illegal memory access.
@@ -86,12 +92,19 @@ def test_rope_one_jit_key_over_sweep(heads_per_group, tma_aligned_scales):
         TOKEN_COUNTS, heads=2 * heads_per_group, groups=2, tma_aligned_scales=tma_aligned_scales
     )
     keys = recompile.specialisation_keys(kernel, launches)
-    first_seen = {}
-    for t, key in zip(TOKEN_COUNTS, keys, strict=True):
-        first_seen.setdefault(key, t)
-    assert len(first_seen) == 1, (
-        f"{loc}: {len(first_seen)} JIT variants over T={TOKEN_COUNTS}, first compiled at "
-        f"T={sorted(first_seen.values())}; arguments changing the key: "
+    # key = (per-argument specialisation, launch options): one specialisation per options
+    # class (v0.33.0+: num_warps 4 for decode-sized grids, 1 for prefill-sized ones).
+    by_options: dict[tuple, dict[tuple, int]] = {}
+    for t, (spec, options) in zip(TOKEN_COUNTS, keys, strict=True):
+        by_options.setdefault(options, {}).setdefault(spec, t)
+    bad = {
+        options: sorted(first_seen.values())
+        for options, first_seen in by_options.items()
+        if len(first_seen) > 1
+    }
+    assert not bad, (
+        f"{loc}: more than one JIT specialisation over T={TOKEN_COUNTS} for launch options "
+        f"{list(bad)}, first compiled at T={list(bad.values())}; arguments changing the key: "
         f"{recompile.changing_args(kernel, keys)}"
     )
 
@@ -173,6 +186,15 @@ def test_rope_sweep_on_gpu(monkeypatch):
     # so the largest T exercises the kernel's int64 addressing.
     heads, groups, max_pos = 128, 16, 4096
     cache = _cos_sin_cache(max_pos, 64, "cuda")
+    # The host code's launch options per T (recorded, not run): one variant per options class
+    # is expected, compiled at the first T of that class (v0.21.0: T=1 only).
+    options = [
+        (launch.kwargs.get("num_warps"), launch.kwargs.get("num_stages"))
+        for launch in recompile.rope_launches(TOKEN_COUNTS, heads=heads, groups=groups)
+    ]
+    first_of_class = {}
+    for t, opts in zip(TOKEN_COUNTS, options, strict=True):
+        first_of_class.setdefault(opts, t)
     compiled_at = []
     for t in TOKEN_COUNTS:
         gen = torch.Generator(device="cuda").manual_seed(t)
@@ -194,8 +216,11 @@ def test_rope_sweep_on_gpu(monkeypatch):
             _assert_close_to_reference(fp8, scale, *_reference(o, positions, cache, groups), t)
         del o, fp8, scale, spec_fp8, spec_scale
 
-    assert compiled_at == [recompile.WARMUP], (
-        f"{loc}: compiled a variant at T={compiled_at}; expected one, at the warm-up T=1"
+    expected = sorted(first_of_class.values())
+    assert expected[0] == recompile.WARMUP
+    assert compiled_at == expected, (
+        f"{loc}: compiled a variant at T={compiled_at}; expected one per launch-options "
+        f"class, at T={expected} (the warm-up T=1 and where the host code changes num_warps)"
     )
     # The sweep must be able to fail: the fully specialised variant needs several.
     assert recompile.jit_variants(fully_specialised) > 1
