@@ -97,7 +97,8 @@ def main():
         extra = io.BytesIO()
         with tarfile.open(fileobj=extra, mode="w:gz", compresslevel=6) as tar:
             for n in sorted(have):
-                if n.startswith("vllm/") and not n.endswith((".so", "/")):
+                big = z.getinfo(n).file_size > 4 * 2**20  # e.g. v0.34.0's vllm/vllm-rs binary
+                if n.startswith("vllm/") and not n.endswith((".so", "/")) and not big:
                     data = z.read(n)
                     ti = tarfile.TarInfo(n)
                     ti.size = len(data)

@@ -168,6 +168,35 @@ def test_rebase_keeps_the_old_line_and_records_the_upstreamed_patch(two, index):
     assert (vdir / "b.py").read_text() == "x = 2\n"  # the main line is untouched
 
 
+def test_upstreamed_patch_names_the_files_it_adds_that_upstream_lacks(two, index):
+    """A patch its contract classes upstreamed (upstream made the change its own way) whose
+    added files the new release lacks: the evidence, and the record, say so."""
+    from vseries import upstreamed
+    from vseries.workspace import Workspace
+
+    vdir, pdir = two / "vllm", two / "patches"
+    with_contract(two, "import b\n    assert b.x == 3")
+    git(vdir, "checkout", "-q", "--detach", pinmod.load().commit)
+    p = make_patch(
+        vdir,
+        pdir,
+        lambda r: (edit("b.py", "x = 1", "x = 3")(r), (r / "cfg.json").write_text("{}\n")),
+        "[Perf] b three with a config",
+    )
+    for old in pdir.glob("*.patch"):
+        if old != p:
+            old.unlink()
+    (pdir / "series").write_text(f"{p.name} contract=tests/none_b.py\n")
+    apply.apply(force=True)
+    publish(index, "0.99.0", {"a.py": A, "b.py": "x = 1 + 2\n"})  # its own way, no cfg.json
+    assert cli("v0.99.0", "--commit", FULL) == 0
+    rep = report_of(two)
+    assert list(rows_of(rep).values()) == [rebase.UPSTREAMED]
+    said = "not taken: 1 file(s) the patch adds are not in v0.99.0 (cfg.json)"
+    assert said in rep
+    assert any(said in e for e in upstreamed.load(Workspace(two))[0].evidence)
+
+
 def test_upstream_taking_one_of_two_hunks_is_partly_upstreamed(two, index):
     publish(index, "0.99.0", {"a.py": A.replace("line 5\n", "five\n"), "b.py": "x = 1\n"})
     assert cli("v0.99.0", "--commit", FULL) == 0

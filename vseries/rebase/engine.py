@@ -7,6 +7,7 @@ Every decision is saved in the state before the next patch is touched, so a run 
 point resumes at the last decision without applying a patch twice.
 """
 
+import re
 import shutil
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from vseries import pin as pinmod
 from vseries.errors import SeriesError
 from vseries.rebase import diffs, evidence, finish, undo
 from vseries.rebase.contracts import Contracts
-from vseries.rebase.decide import DROP, STOP, Decision, decide
+from vseries.rebase.decide import DROP, STOP, UPSTREAMED, Decision, decide
 from vseries.rebase.evidence import Evidence
 from vseries.rebase.state import (
     CONFLICT,
@@ -276,8 +277,25 @@ def stop(st: State, store: Store, row: Row, d: Decision, status: str) -> None:
     )
 
 
+def files_left_behind(vdir: Path, text: str) -> list[str]:
+    """The files a patch adds (``new file mode``) that are not in vllm/ HEAD: for a patch
+    classed upstreamed, the part upstream did not take (e.g. config files beside a kernel
+    change that upstream made its own way)."""
+    added = re.findall(r"^diff --git a/(\S+) b/\1\nnew file mode", text, re.M)
+    return [f for f in added if not (vdir / f).exists()]
+
+
 def decided(ws: Workspace, st: State, store: Store, row: Row, d: Decision) -> None:
     """Record the decision on the current patch and move on to the next one."""
+    if d.cls == UPSTREAMED:
+        text = (store.backup / "patches" / row.name).read_text(errors="replace")
+        left = files_left_behind(ws.vllm, text)
+        if left:
+            d.evidence.append(
+                f"not taken: {len(left)} file(s) the patch adds are not in {st.new.tag} "
+                f"({', '.join(left)}); carry them in a patch of their own if they are still "
+                "wanted"
+            )
     row.cls, row.evidence = d.cls, d.evidence
     print(
         f"  {row.name}: {row.cls}"
