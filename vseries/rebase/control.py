@@ -101,7 +101,7 @@ def resume(ws: Workspace, port: Path | None = None) -> int:
         ev = Evidence(st.new.tag, st.old.tag, row.options.get("contract"), am="applied")
         if port is not None:
             prefix = [f"replaced by a port to {st.new.tag} ({port.name}, --continue --port)"]
-            ev.threeway = ev.resolved = True
+            ev.threeway = ev.resolved = ev.ported = True
         elif st.status == CONFLICT:
             files = next(
                 (m.group(1) for e in row.evidence if (m := re.search(r"unmerged files: (.*)", e))),

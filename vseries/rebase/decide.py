@@ -177,7 +177,12 @@ def _carried(ev: Evidence, passes: bool) -> Decision:
         out += _kept_line(ev)
     if ev.repeated:
         said = "\n".join(f"  {r}" for r in ev.repeated)
-        if ev.repeats_kept:
+        if ev.ported:
+            out.append(
+                f"the port, written against {ev.tag}, adds lines that {ev.tag} also has "
+                f"elsewhere in the same file (its author's, so kept):\n{said}"
+            )
+        elif ev.repeats_kept:
             out.append(
                 "kept by the user (--continue) although the new release already has these "
                 f"lines elsewhere in the same file:\n{said}"

@@ -32,6 +32,8 @@ class Evidence:
         taken: lines that show upstream went part of the way (diffs.part_of_the_way).
         repeated: added lines the new release already has elsewhere (diffs.repeats).
         repeats_kept: the user saw ``repeated`` and continued (--continue) with them.
+        ported: the patch was replaced by a port written against the new release
+            (--continue --port): the lines it adds there are its author's, repeats included.
         verdict: the contract's CPU-decidable part on plain new upstream: ("pass" | "fail" |
             "undecided", sentence), or None when there is no contract to run (or
             --no-contracts).
@@ -54,6 +56,7 @@ class Evidence:
     taken: list[str] = field(default_factory=list)
     repeated: list[str] = field(default_factory=list)
     repeats_kept: bool = False
+    ported: bool = False
     verdict: tuple[str, str] | None = None
     kept: list[str] = field(default_factory=list)
     skipped: bool = False
