@@ -55,6 +55,56 @@ def clone_pinned(src: Path, dest: Path, commit: str) -> None:
     git(dest, "config", "vseries.source", "clone of the test tree")
 
 
+@pytest.fixture(scope="session")
+def pristine_of(tmp_path_factory):
+    """pristine_of(pin): the real vLLM tree of any pin (a kept line's too), made once."""
+    made: dict[str, Path] = {}
+
+    def get(p: pinmod.Pin) -> Path:
+        if p.commit not in made:
+            tarball = fetch.fetch(p.package, p.source)
+            dest = tmp_path_factory.mktemp(f"pristine-{p.tag}") / "vllm"
+            release.repo_from_sdist(tarball, dest, p.commit, p.tag, "sdist (test)")
+            made[p.commit] = dest
+        return made[p.commit]
+
+    return get
+
+
+def line_dirs() -> list[Path]:
+    """Where the series' lines keep their pin and patches: the root (main line) and each
+    lines/<tag>/ (kept lines)."""
+    return [ROOT, *sorted(p.parent for p in (ROOT / "lines").glob("*/upstream.toml"))]
+
+
+@pytest.fixture
+def ws_before(tmp_path, pristine_of, monkeypatch):
+    """ws_before(tag): a workspace copy of the newest line (main or kept) whose pin is older
+    than release ``tag``, with its pin and series and vllm/ at its pin; None when no line is
+    older (the series has moved past ``tag``). Tests of real rebases use it, so that moving the
+    main pin keeps them running from a kept line."""
+    from packaging.version import Version
+
+    def make(tag: str) -> Path | None:
+        older = [
+            (pinmod.load(d / "upstream.toml"), d)
+            for d in line_dirs()
+            if Version(pinmod.load(d / "upstream.toml").version) < Version(tag[1:])
+        ]
+        if not older:
+            return None
+        p, d = max(older, key=lambda x: Version(x[0].version))
+        root = tmp_path / "ws"
+        root.mkdir()
+        shutil.copy(d / "upstream.toml", root)
+        shutil.copytree(d / "patches", root / "patches")
+        clone_pinned(pristine_of(p), root / "vllm", p.commit)
+        monkeypatch.setenv("VSERIES_ROOT", str(root))
+        return root
+
+    return make
+
+
 @pytest.fixture
 def ws(tmp_path, pristine, pin, monkeypatch) -> Path:
     """A workspace copy with the real pin and series, and vllm/ at the pin."""
