@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/_venv.sh
-exec python -m vseries build "$@"
+VSERIES_PROG=$0 exec python -m vseries build "$@"

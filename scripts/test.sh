@@ -13,4 +13,4 @@ for ((i = 1; i <= $#; i++)); do
   fi
 done
 . scripts/_venv.sh
-exec python -m vseries test "$@"
+VSERIES_PROG=$0 exec python -m vseries test "$@"

@@ -2,10 +2,12 @@
 
 Every verb module has ``add_parser(sub)`` (its sub-command, with a --help that says what it
 does) and a ``main(args)``; errors the user can act on are SeriesError: exit 2, the message,
-and a ``next:`` line with the command that fixes it.
+and a ``next:`` line with the command that fixes it. A script of scripts/ that execs a verb
+sets VSERIES_PROG to its own path: usage lines and errors then name the script.
 """
 
 import argparse
+import os
 import sys
 
 from vseries import apply, build, contract, materialise, prs, rebase, refresh, testrun
@@ -14,21 +16,40 @@ from vseries.errors import SeriesError
 VERBS = (materialise, apply, refresh, build, contract, testrun, rebase, prs)
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="vseries", description=__doc__.split("\n\n")[0])
+class Parser(argparse.ArgumentParser):
+    """argparse's parser whose error names the command as typed and points to its --help."""
+
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        name = os.path.basename(self.prog.split()[-1])
+        self.exit(2, f"{name}: error: {message}\n  next: {self.prog} --help\n")
+
+
+def parser(prog: str | None = None, verb: str | None = None) -> argparse.ArgumentParser:
+    """The command line; ``prog`` (a script's path) names ``verb``'s sub-command."""
+    ap = Parser(prog="python -m vseries", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="verb", required=True)
     for mod in VERBS:
         mod.add_parser(sub)
+    for name, p in sub.choices.items():
+        p.set_defaults(verb_parser=p)  # argparse reports unknown options with the front's usage
+        if prog and name == verb:
+            p.prog = prog
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    prog = os.environ.pop("VSERIES_PROG", None)
+    args, extra = parser(prog, argv[0] if argv else None).parse_known_args(argv)
+    if extra:
+        args.verb_parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    name = os.path.basename(prog) if prog else args.verb
     try:
         return args.func(args)
     except SeriesError as e:
-        print(f"{args.verb}: error: {e}", file=sys.stderr)
+        print(f"{name}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"{args.verb}: interrupted", file=sys.stderr)
+        print(f"{name}: interrupted", file=sys.stderr)
         return 130

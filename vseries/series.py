@@ -6,7 +6,9 @@ optionally followed by ``key=value`` options; ``#`` starts a comment. Known opti
 tool also reads ``bench=`` (see vseries.prs.results).
 """
 
+import difflib
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -142,13 +144,40 @@ def load(
             "git checkout -- patches/series   # the committed series; or delete the "
             "repeated lines by hand",
         )
+    unlisted = sorted(p.name for p in ws.patches.glob("*.patch") if p.name not in names)
+    for e in entries:
+        meant = not e.path.exists() and near_miss(e.name, unlisted)
+        if meant:
+            raise SeriesError(
+                f"patches/series names {e.name}, which is missing; patches/ holds {meant}, "
+                "which the series does not list: did you mean it?",
+                f"sed -i {rename_cmd(e.name, meant)} patches/series   # the line names {meant}",
+            )
     for e in entries:
         if not (missing_ok and not e.path.exists()):
             patchfile.check(e.path, ws.root, restore_cmd(ws, e.path))
-    unlisted = sorted(p.name for p in ws.patches.glob("*.patch") if p.name not in names)
     if unlisted:
         raise SeriesError(
             f"patches/ holds {unlisted}, which patches/series does not list",
             "add them to patches/series in order, or delete them",
         )
     return entries
+
+
+def near_miss(name: str, candidates: list[str]) -> str | None:
+    """The candidate that is one edit (one character) or one word away from ``name`` (a
+    typo in a series line), the closest first; None when there is none."""
+    words = re.compile(r"[A-Za-z0-9]+")  # the separators - _ . do not count as words
+    for c in difflib.get_close_matches(name, candidates, n=len(candidates) or 1, cutoff=0.6):
+        for a, b in ((name, c), (words.findall(name), words.findall(c))):
+            ops = [o for o in difflib.SequenceMatcher(None, a, b).get_opcodes() if o[0] != "equal"]
+            if all(max(i2 - i1, j2 - j1) == 1 for _, i1, i2, j1, j2 in ops) and len(ops) <= 1:
+                return c
+    return None
+
+
+def rename_cmd(old: str, new: str) -> str:
+    """The quoted sed expression that renames the series line of ``old`` to ``new``."""
+    pattern = re.sub(r"([.*\[\]^$\\])", r"\\\1", old)
+    repl = re.sub(r"([&\\])", r"\\\1", new)
+    return shlex.quote(f"s/^{pattern}\\([[:space:]]\\|$\\)/{repl}\\1/")

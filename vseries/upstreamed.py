@@ -64,7 +64,8 @@ def load(ws: Workspace) -> list[Record]:
     try:
         data = tomllib.loads(p.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise SeriesError(f"{ws.rel(p)} is not valid TOML: {e}", f"git checkout -- {ws.rel(p)}")
+        where = ws.rel(p)
+        raise SeriesError(f"{where} is not valid TOML: {e}", f"git checkout -- {where}") from None
     known = set(Record.__dataclass_fields__)
     out = []
     for i, d in enumerate(data.get("patch", []), 1):

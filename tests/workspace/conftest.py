@@ -149,6 +149,26 @@ def tiny(tmp_path, monkeypatch) -> Path:
     return root
 
 
+def script_env(clone: Path, venv: Path) -> dict:
+    """The environment of a user whose virtual environment is active: this interpreter's, with
+    its requirements stamp already matching the clone's files (so _venv.sh installs nothing
+    into the shared venv: an install there would point this interpreter's vseries at the
+    clone, which a later pytest run deletes). The stamp is what _venv.sh's own ``wanted``
+    prints in the clone."""
+    venv.mkdir()
+    stamp = subprocess.run(
+        ["bash", "-c", ". scripts/_venv_wanted.sh && wanted"],
+        cwd=clone,
+        capture_output=True,
+        check=True,
+    ).stdout
+    (venv / ".vseries-requirements").write_bytes(stamp)
+    env = {k: v for k, v in os.environ.items() if k != "VSERIES_ROOT"}
+    env["VIRTUAL_ENV"] = str(venv)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    return env
+
+
 def make_patch(repo: Path, out: Path, edit, subject: str) -> Path:
     """Commit ``edit(repo)`` on a scratch branch at HEAD, export it, and go back."""
     start = git(repo, "rev-parse", "HEAD")

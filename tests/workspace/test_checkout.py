@@ -1,14 +1,12 @@
 """A clone made with core.autocrlf=true (the default of many Windows users, and of CI images
 that set it globally): the scripts run, and apply and refresh keep patches/ byte for byte."""
 
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, clone_pinned, git
+from conftest import ROOT, clone_pinned, git, script_env
 
 from vseries import series
 
@@ -34,26 +32,6 @@ def workspace_repo(dest: Path) -> Path:
     git(dest, "add", "-A")
     git(dest, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "workspace")
     return dest
-
-
-def script_env(clone: Path, venv: Path) -> dict:
-    """The environment of a user whose virtual environment is active: this interpreter's, with
-    its requirements stamp already matching the clone's files (so _venv.sh installs nothing
-    into the shared venv: an install there would point this interpreter's vseries at the
-    clone, which a later pytest run deletes). The stamp is what _venv.sh's own ``wanted``
-    prints in the clone."""
-    venv.mkdir()
-    stamp = subprocess.run(
-        ["bash", "-c", ". scripts/_venv_wanted.sh && wanted"],
-        cwd=clone,
-        capture_output=True,
-        check=True,
-    ).stdout
-    (venv / ".vseries-requirements").write_bytes(stamp)
-    env = {k: v for k, v in os.environ.items() if k != "VSERIES_ROOT"}
-    env["VIRTUAL_ENV"] = str(venv)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    return env
 
 
 def test_autocrlf_clone_runs_the_scripts_and_keeps_patches(tmp_path, pristine, pin):

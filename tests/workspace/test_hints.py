@@ -82,3 +82,31 @@ def test_refresh_before_apply_hints_apply_not_a_checkout(one):
     assert ran and ran[0].startswith("scripts/apply.sh")
     assert [e.name for e in series.load()][1] == new.name
     assert vgit.patch_id(vdir, new.read_text()) == theirs  # their change, as refresh writes it
+
+
+@pytest.mark.parametrize("typo", ["0001-P-c.patch", "0001-P-bee.patch", "0001-P.patch"])
+@pytest.mark.parametrize("verb", ["apply", "refresh"])
+def test_series_line_with_a_typo_offers_the_file_it_meant(one, typo, verb):
+    """A series line naming a missing patch one edit (or one word) from an unlisted file in
+    patches/: the message names both, and its one hint renames the line; nothing else moves."""
+    [entry] = series.load()
+    assert entry.name == "0001-P-b.patch"
+    good = (one / "patches" / "series").read_text()
+    (one / "patches" / "series").write_text(good.replace(entry.name, typo))
+    try:
+        series.load()
+    except Exception as e:
+        message = str(e)
+    assert f"names {typo}, which is missing; patches/ holds {entry.name}" in message
+    assert "did you mean it?" in message
+    ran = follow_hints(one, {"apply": apply.apply, "refresh": refresh.refresh}[verb])
+    assert len(ran) == 1 and ran[0].startswith("sed -i "), ran
+    assert (one / "patches" / "series").read_text() == good
+
+
+def test_series_typo_offers_only_a_near_name():
+    assert series.near_miss("0002-foo-bar.patch", ["0002-foo-baz.patch"]) == "0002-foo-baz.patch"
+    assert series.near_miss("0002-rope.patch", ["0002-rotary.patch"]) == "0002-rotary.patch"
+    assert series.near_miss("0002-foo.patch", ["0003-bar.patch"]) is None
+    assert series.near_miss("0002-foo.patch", []) is None
+    assert series.near_miss("0002-foo-bar.patch", ["0002-foo.patch"]) == "0002-foo.patch"

@@ -26,6 +26,7 @@ BASE = {
     "vseries.patchfile",
     "vseries.release",
     "vseries.series",
+    "vseries.upstreamed",
     "vseries.am",
     "vseries.worktree",
 }
