@@ -5,22 +5,29 @@ quantisation with its max-reduction and memset, GEMM1, SiLU-and-mul, a second qu
 GEMM2, the top-k sum); at one token (Qwen3-30B-A3B, H200) that is 36.8 us for 9 us of weight
 traffic, 24% of the read roofline. The patch's promise, against whichever vLLM imports first:
 
-- CPU: ``fused_experts`` for one token with per-tensor FP8 weights and dynamic per-tensor
-  activation scales, on a mocked SM90 platform, launches exactly two kernels, both Triton,
-  and no vLLM custom op (quantisation, alignment, activation, sum). Triton launches are
-  recorded and not run, and every vLLM custom op the call reaches is recorded (on this host
-  they cannot run).
+- CPU: the layer's modular kernel as the FP8 oracle builds it for its TRITON backend (the
+  first experts class of ``backend_to_kernel_cls(TRITON)`` that accepts the layer, with
+  ``--moe-backend`` left at auto), for one token with per-tensor FP8 weights and dynamic
+  per-tensor activation scales, on a mocked SM90 platform, launches exactly two kernels, both
+  Triton, and no vLLM custom op (quantisation, alignment, activation, sum). Triton launches
+  are recorded and not run, and every vLLM custom op the call reaches is recorded (on this
+  host they cannot run).
 - CUDA (SM90, skipped elsewhere): the same call under CUDA-graph replay launches two CUDA
   kernels (profiler), and its output is within 4% (max |err| / max |ref|) of a float32
   reference on the dequantised weights with the activations quantised per tensor.
 
-Base v0.21.0 fails: its call reaches vLLM's quantisation custom op first and then launches
-``fused_moe_kernel`` twice among other kernels. Run from the workspace root:
+(Ported to v0.34.0: the v0.21.0 version called ``fused_experts``; the v0.34.0 port keeps
+``fused_experts`` as it is and adds an experts class the oracle picks, so the promise is
+stated on the serving path, the modular kernel, which both lines have.)
+
+Base v0.34.0 fails: prepare reaches vLLM's quantisation custom op first, and TritonExperts
+then launches ``fused_moe_kernel`` twice among other kernels. Run from the workspace root:
 ``PYTHONPATH=<vllm tree> python -P -m pytest -m contract tests/contract/test_moe_decode.py``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
 import pytest
@@ -64,23 +71,100 @@ def _layer(device):
     return w1, w2, s1, s2, x, tw, ti.to(torch.int32)
 
 
+def _triton_backend_kernel(device, s1, s2):
+    """The modular kernel the FP8 oracle's TRITON backend builds for this layer."""
+    config = importlib.import_module("vllm.model_executor.layers.fused_moe.config")
+    fp8 = importlib.import_module("vllm.model_executor.layers.fused_moe.oracle.fp8")
+    mk = importlib.import_module("vllm.model_executor.layers.fused_moe.modular_kernel")
+    act = importlib.import_module("vllm.model_executor.layers.fused_moe.activation")
+    qu = importlib.import_module("vllm.model_executor.layers.quantization.utils.quant_utils")
+
+    fields = {f.name for f in dataclasses.fields(config.FusedMoEConfig)}
+    inter = "intermediate_size" if "intermediate_size" in fields else (
+        "intermediate_size_per_partition"
+    )
+    moe_config = config.FusedMoEConfig(
+        num_experts=E,
+        experts_per_token=TOPK,
+        hidden_dim=H,
+        num_local_experts=E,
+        num_logical_experts=E,
+        moe_parallel_config=config.FusedMoEParallelConfig.make_no_parallel(),
+        activation=act.MoEActivation.SILU,
+        in_dtype=torch.bfloat16,
+        device=device,
+        routing_method=config.RoutingMethodType.TopK,
+        max_num_tokens=512,
+        **{inter: I},
+    )
+    classes = fp8.backend_to_kernel_cls(fp8.Fp8MoeBackend.TRITON)
+    experts_cls = next(
+        cls
+        for cls in classes
+        if cls.is_supported_config(
+            cls,
+            moe_config,
+            qu.kFp8StaticTensorSym,
+            qu.kFp8DynamicTensorSym,
+            mk.FusedMoEActivationFormat.Standard,
+        )[0]
+    )
+    qc = config.fp8_w8a8_moe_quant_config(
+        w1_scale=s1, w2_scale=s2, a1_scale=None, a2_scale=None
+    )
+    kernel = fp8.make_fp8_moe_kernel(qc, moe_config, experts_cls, fp8.Fp8MoeBackend.TRITON)
+    return kernel, act.MoEActivation.SILU
+
+
+def _init_workspace(device):
+    """vLLM's workspace manager, as the GPU worker sets it up (the modular kernel's
+    scratch comes from it)."""
+    try:
+        workspace = importlib.import_module("vllm.v1.worker.workspace")
+    except ImportError:
+        return
+    workspace.init_workspace_manager(torch.device(device))
+
+
+def _run(kernel, silu, w1, w2, x, tw, ti):
+    return kernel.apply(
+        x, w1, w2, tw, ti, activation=silu, global_num_experts=E, expert_map=None,
+        apply_router_weight_on_input=False,
+    )  # fmt: skip
+
+
 def test_one_token_layer_is_two_triton_kernels(monkeypatch, mock_sm90):
     from triton.runtime.jit import JITFunction
 
     # import first: import-time checks must see this host, the call an SM90 GPU
-    fm = importlib.import_module("vllm.model_executor.layers.fused_moe.fused_moe")
-    config = importlib.import_module("vllm.model_executor.layers.fused_moe.config")
-    mock_sm90()
+    importlib.import_module("vllm.model_executor.layers.fused_moe.fused_moe")
+    importlib.import_module("vllm.model_executor.layers.fused_moe.oracle.fp8")
+    importlib.import_module("vllm.model_executor.layers.fused_moe.modular_kernel")
+    for name in (
+        "vllm.model_executor.layers.fused_moe.experts.triton_moe",
+        "vllm.model_executor.layers.fused_moe.experts.triton_fp8_decode_moe",
+        "vllm.model_executor.layers.fused_moe.prepare_finalize.no_dp_ep",
+    ):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    fake = mock_sm90()
+    # H200 runs FP8 (v0.34.0's TritonExperts asks before taking FP8 layers)
+    monkeypatch.setattr(type(fake), "supports_fp8", classmethod(lambda cls: True))
     ops = _CustomOps()
     for module in list(importlib.sys.modules.values()):
         name = getattr(module, "__name__", "")
         if name.startswith("vllm.model_executor.layers.fused_moe") and hasattr(module, "ops"):
             monkeypatch.setattr(module, "ops", ops)
-    try:  # the series' decode path asks for the SM count of the device
+    try:  # the decode path asks for the SM count of the device
         fd = importlib.import_module("vllm.model_executor.layers.fused_moe.fused_moe_decode")
         monkeypatch.setattr(fd, "_num_sms", lambda index: 132)
     except ImportError:
         pass
+    _init_workspace("cpu")
+    # the workspace manager releases cached accelerator memory before it grows; none here
+    monkeypatch.setattr(torch.accelerator, "empty_cache", lambda: None)
 
     launched: list[JITFunction] = []
 
@@ -90,9 +174,9 @@ def test_one_token_layer_is_two_triton_kernels(monkeypatch, mock_sm90):
     monkeypatch.setattr(JITFunction, "run", record)
 
     w1, w2, s1, s2, x, tw, ti = _layer("cpu")
-    qc = config.fp8_w8a8_moe_quant_config(w1_scale=s1, w2_scale=s2, a1_scale=None, a2_scale=None)
     try:
-        fm.fused_experts(x, w1, w2, tw, ti, quant_config=qc)
+        kernel, silu = _triton_backend_kernel("cpu", s1, s2)
+        _run(kernel, silu, w1, w2, x, tw, ti)
     except RuntimeError as e:
         if not ops.called:
             raise
@@ -127,17 +211,16 @@ def _reference(x, w1, w2, s1, s2, tw, ti):
 def test_one_token_layer_kernels_and_numerics_cuda():
     from torch.profiler import ProfilerActivity, profile
 
-    fm = importlib.import_module("vllm.model_executor.layers.fused_moe.fused_moe")
-    config = importlib.import_module("vllm.model_executor.layers.fused_moe.config")
+    _init_workspace("cuda")
     w1, w2, s1, s2, x, tw, ti = _layer("cuda")
-    qc = config.fp8_w8a8_moe_quant_config(w1_scale=s1, w2_scale=s2, a1_scale=None, a2_scale=None)
-    out = fm.fused_experts(x, w1, w2, tw, ti, quant_config=qc)
+    kernel, silu = _triton_backend_kernel("cuda", s1, s2)
+    out = _run(kernel, silu, w1, w2, x, tw, ti)
     ref = _reference(x, w1, w2, s1, s2, tw, ti)
     err = float((out.float() - ref).abs().max() / ref.abs().max())
     assert err < 0.04, err
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        fm.fused_experts(x, w1, w2, tw, ti, quant_config=qc)
+        _run(kernel, silu, w1, w2, x, tw, ti)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         graph.replay()
         torch.cuda.synchronize()
