@@ -44,8 +44,11 @@ def pack_src(src):
         for top in ("vllm", "tests", "pyproject.toml", "setup.py"):
             p = os.path.join(src, top)
             if os.path.exists(p):
+                # kernels come from the wheel; large built files (v0.34.0's vllm-rs binary,
+                # which an editable install copies into the tree) are not needed
                 tar.add(p, arcname=top, filter=lambda ti: None if (
-                    any(s in ti.name.split("/") for s in skip) or ti.name.endswith(".so")) else ti)
+                    any(s in ti.name.split("/") for s in skip) or ti.name.endswith(".so")
+                    or ti.size > 4 * 2**20) else ti)
     return buf.getvalue()
 
 

@@ -20,7 +20,7 @@ if [ "${1:-}" = --download ]; then
   python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     "${plats[@]}" --platform manylinux2014_x86_64 --platform any -d "$wheels" -r "$list"
 fi
-base=$(python -c 'from vseries import worktree; print(worktree.base_tree())')
+base=$(python -c 'from vseries import worktree; from vseries.workspace import Workspace; print(worktree.base_tree(Workspace.current()))')
 wheel=$(python -c 'from vseries import fetch, pin; p = pin.load(); print(fetch.fetch(p.package, p.wheel))')
 args=(--src series=vllm --src "base=$base" --wheel "$wheel" --out .gpu/stage)
 [ -d "$wheels" ] && args+=(--wheels "$wheels")

@@ -366,7 +366,10 @@ def test_continue_with_a_port_replaces_the_stopped_patch(two, index, tmp_path):
     port = make_patch(
         port_repo,
         tmp_path / "out",
-        edit("a.py", "THIRTY\n", "THIRTY and thirty\n"),
+        lambda r: (
+            edit("a.py", "THIRTY\n", "THIRTY and thirty\n")(r),
+            (r / "c.py").write_text("thirty = 30\n"),
+        ),
         "[Kernel] a thirty, ported",
     )
     (vdir / "a.py").write_text("half a fix")  # whatever the open session holds is dropped
@@ -374,7 +377,8 @@ def test_continue_with_a_port_replaces_the_stopped_patch(two, index, tmp_path):
     assert cli("--continue", "--port", str(port)) == 0
     rep = report_of(two)
     assert list(rows_of(rep).values()) == [rebase.CLEAN, rebase.RESOLVED]
-    assert "replaced by a port to v0.99.0" in rep
+    assert "replaced by a port to v0.99.0" in rep and "the port touches a.py, c.py" in rep
+    assert "renamed upstream" not in rep
     text = series.load()[1].path.read_text()
     assert "Subject: [Kernel] a thirty, ported" in text and "+THIRTY and thirty" in text
     assert "+five" not in text

@@ -227,6 +227,8 @@ def carried(
     row.new = git.rev(vdir, "HEAD")
     replayed = git.run(vdir, "show", "--format=", "--full-index", "-M", row.new)
     ev.moved, ev.dropped, ev.added = diffs.compare(text, replayed)
+    if ev.ported:  # a rewrite, not a replay: file pairs are not renames
+        ev.moved = [f"the port touches {', '.join(patchfile.touched(replayed))}"]
     ev.verdict = contracts.verdict(row.options)
     if not (ev.verdict and ev.verdict[0] == "pass"):
         made = evidence.upstream_made(

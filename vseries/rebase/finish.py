@@ -77,6 +77,8 @@ def _move(ws: Workspace, st: State, notes: list[str]) -> None:
         )
         notes.append(f"the old branch {am.BRANCH} is kept as refs/vseries/backup/rebase-{stamp}")
     git.run(vdir, "checkout", "-q", "-B", am.BRANCH)
+    if rel.note:  # where vllm/ now comes from (setup's summary reads it)
+        git.run(vdir, "config", "vseries.source", rel.note)
     pinmod.move(
         ws.pin_file,
         rel.tag,

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Host side of an H200 session on the main line (v0.34.0 and its own torch 2.14.0 / Triton
+# 3.8.0 / NCCL 2.30.7 from the staged wheels, installed into /root/site ahead of the host's
+# torch 2.11.0), after the parts are in /root/stage. Phases (PHASES, default "check tests"):
+#   check  assemble (once), then what runs: torch, Triton, NCCL, the release kernels loading,
+#          the GPU; the tree heads
+#   tests  the series' own vLLM tests on the series tree (GPU parts included), the GPU parts
+#          of the contracts on base and series
+#   bench  benchmarks/bench_moe_layer.py (the FP8 MoE layer as the TRITON backend builds it),
+#          trees alternating base, series, base, series ... (ROUNDS, default 2)
+#   vllm   vLLM's tests of the touched areas, base vs series (tests/upstream.toml, sharded)
+# Trees: /root/vllm-base (plain pin) and /root/vllm-series (vllm/ with the series). Each step
+# has its own timeout and the whole call ends within BUDGET seconds (default 560).
+# Results and logs in $OUT (one tarball, one log).
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+R=$OUT/r && mkdir -p "$R"
+SITE=/root/site
+ws=$PWD
+deadline=$((SECONDS + ${BUDGET:-560}))
+exec > >(tee -a "$OUT/log-moved.txt") 2>&1
+[ -d /root/vllm-series ] || bash /root/stage/p1/assemble.sh > "$R/assemble.log" 2>&1 || {
+  tail -30 "$R/assemble.log"
+  echo "!!! assemble failed"
+}
+ln -sfn /root/vllm-series /root/vllm-patched
+left() { echo $((deadline - SECONDS)); }
+# run_at DIR TREE LIMIT CMD...: CMD in DIR with the tree's PYTHONPATH, at most LIMIT seconds
+run_at() {
+  local dir=$1 tree=$2 limit=$3 t
+  shift 3
+  t=$(left)
+  [ "$t" -lt "$limit" ] && limit=$t
+  if [ "$limit" -le 5 ]; then
+    echo "!!! skipped (budget): $*"
+    return 1
+  fi
+  echo "=== [$tree, ${limit}s, at ${SECONDS}s] $*"
+  (cd "$dir" && PYTHONPATH="$SITE:/root/vllm-$tree:$ws" timeout "$limit" "$@") ||
+    echo "!!! failed or timed out ($tree): $*"
+}
+run_in() { run_at "/root/vllm-$1" "$@"; }
+run_ws() { run_at "$ws" "$@"; }
+for phase in ${PHASES:-check tests}; do
+  case $phase in
+    check)
+      nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+      for t in base series; do
+        run_in "$t" 120 python3 - <<'PY'
+import glob, os, torch, triton
+print("torch", torch.__version__, torch.__file__)
+print("triton", triton.__version__)
+print("cuda", torch.cuda.is_available(), torch.cuda.get_device_name(0))
+print("nccl", torch.cuda.nccl.version())
+import vllm
+from vllm import _custom_ops as ops  # loads the release kernels
+import vllm._C_stable_libtorch, vllm._moe_C_stable_libtorch  # noqa: F401
+x = torch.randn(4, 256, device="cuda", dtype=torch.bfloat16)
+q, s = ops.scaled_fp8_quant(x)
+print("vllm", vllm.__version__, vllm.__file__, "scaled_fp8_quant ok", q.dtype, float(s))
+PY
+      done
+      ;;
+    tests)
+      run_in series 300 python3 -m pytest -q -p no:cacheprovider -x \
+        tests/kernels/moe/test_fused_moe_fp8_decode.py --junitxml "$R/decode-series.xml"
+      run_in series 150 python3 -m pytest -q -p no:cacheprovider \
+        tests/kernels/moe/test_fused_moe_jit_warmup.py tests/kernels/moe/test_fused_moe_tuned_configs.py \
+        tests/kernels/moe/test_fp8_oracle_hopper_default.py \
+        tests/kernels/test_fused_inv_rope_fp8_quant.py -k "not einsum" \
+        --junitxml "$R/others-series.xml"
+      for t in series base; do
+        run_ws "$t" 120 python3 -P -m pytest -q -p no:cacheprovider -m contract -rA \
+          tests/contract -k "cuda or gpu" --junitxml "$R/contract-gpu-$t.xml"
+      done
+      ;;
+    bench)
+      read -ra bench_args <<<"${BENCH_ARGS:-}"
+      for ((r = 1; r <= ${ROUNDS:-2}; r++)); do
+        for t in base series; do
+          run_in "$t" "${BENCH_TIMEOUT:-200}" python3 "$ws/benchmarks/bench_moe_layer.py" \
+            --variant "$t" --out "$R/moe_layer-$t-r$r.json" "${bench_args[@]}"
+        done
+      done
+      ;;
+    vllm)
+      only=() && for o in ${UPSTREAM_ONLY:-}; do only+=(--only "$o"); done
+      run_ws series "$(left)" python3 -m vseries.upstream --base /root/vllm-base \
+        --patched /root/vllm-series --pythonpath "$SITE" --out "$R/upstream.md" \
+        --work "$R/junit" --jobs "${UPSTREAM_JOBS:-8}" "${only[@]}"
+      ;;
+  esac
+done
+tar czf "$OUT/moved.tar.gz" -C "$R" .
+echo "moved.sh done in ${SECONDS}s"
