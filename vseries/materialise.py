@@ -105,7 +105,14 @@ def _line_from_main(ws: Workspace, commit: str, tag: str) -> Path:
     vdir.parent.mkdir(parents=True, exist_ok=True)
     try:
         git.run(vdir.parent, "clone", "-q", "--shared", "--no-checkout", str(main), vdir.name)
-        git.run(vdir, "fetch", "-q", str(main), "+refs/replace/*:refs/replace/*", "+refs/tags/*:refs/tags/*")
+        git.run(
+            vdir,
+            "fetch",
+            "-q",
+            str(main),
+            "+refs/replace/*:refs/replace/*",
+            "+refs/tags/*:refs/tags/*",
+        )
         git.run(vdir, "checkout", "-q", "--detach", commit)
         for b in git.run(vdir, "for-each-ref", "--format=%(refname:short)", "refs/heads").split():
             git.run(vdir, "branch", "-q", "-D", b)  # the main line's branches are not this line's
@@ -114,7 +121,9 @@ def _line_from_main(ws: Workspace, commit: str, tag: str) -> Path:
     except BaseException:
         shutil.rmtree(vdir, ignore_errors=True)  # never leave a half-made tree
         raise
-    print(f"materialise{ws.label}: {ws.rel(vdir)} from the main line's vllm/; HEAD {commit[:12]} = {tag}")
+    print(
+        f"materialise{ws.label}: {ws.rel(vdir)} from the main line's vllm/; HEAD {commit[:12]} = {tag}"
+    )
     return vdir
 
 

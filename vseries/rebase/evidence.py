@@ -32,6 +32,10 @@ class Evidence:
         taken: lines that show upstream went part of the way (diffs.part_of_the_way).
         repeated: added lines the new release already has elsewhere (diffs.repeats).
         repeats_kept: the user saw ``repeated`` and continued (--continue) with them.
+        repeats_dropped: the user had the repeats taken out (--continue --drop-repeats) and
+            the rest is carried.
+        emptied: how nothing of the patch was left once its repeats were out
+            ("--drop-repeats", "the commit emptied by hand"); "" when something is left.
         ported: the patch was replaced by a port written against the new release
             (--continue --port): the lines it adds there are its author's, repeats included.
         verdict: the contract's CPU-decidable part on plain new upstream: ("pass" | "fail" |
@@ -56,6 +60,8 @@ class Evidence:
     taken: list[str] = field(default_factory=list)
     repeated: list[str] = field(default_factory=list)
     repeats_kept: bool = False
+    repeats_dropped: bool = False
+    emptied: str = ""
     ported: bool = False
     verdict: tuple[str, str] | None = None
     kept: list[str] = field(default_factory=list)
