@@ -2,7 +2,31 @@
 # Sourced by the scripts: use the active virtual environment, else create and activate .venv
 # (VSERIES_VENV: another folder, e.g. .venv-v0.21.0 for a kept line), and install the
 # workspace's own requirements when they changed since the last run.
+# -h/--help creates and installs nothing: the verb's help from the venv's python when there is
+# one, else from python3 >= 3.11 (vseries' command line is standard library), else a line.
 venv=${VSERIES_VENV:-.venv}
+for arg in "$@"; do
+  case "$arg" in
+    --) break ;;
+    -h | --help)
+      verb=$(basename "$0" .sh)
+      py=""
+      if [ -n "${VIRTUAL_ENV:-}" ]; then
+        py=python
+      elif [ -x "$venv/bin/python" ]; then
+        py="$venv/bin/python"
+      elif "${PYTHON:-python3}" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+        py=${PYTHON:-python3}
+      fi
+      if [ -n "$py" ] && PYTHONDONTWRITEBYTECODE=1 "$py" -m vseries "$verb" --help; then
+        exit 0
+      fi
+      echo "usage: scripts/$verb.sh [options]   (the full --help needs Python >= 3.11;"
+      echo "       scripts/setup.sh makes the workspace's venv)"
+      exit 0
+      ;;
+  esac
+done
 if [ -z "${VIRTUAL_ENV:-}" ]; then
   if [ ! -x "$venv/bin/python" ]; then
     py=${PYTHON:-python3}

@@ -61,6 +61,30 @@ def explain(vdir: Path, patch: Path, am_output: str) -> str:
     return "\n".join(f"  {x}" for x in dict.fromkeys(found)) or "  " + am_output.strip()[-400:]
 
 
+def elsewhere(vdir: Path, patch: Path) -> tuple[str, bool]:
+    """Whether the commit ``am`` just made on vdir's HEAD touches files the patch does not
+    name (a ``diff --git`` path missing in vllm/, with real blob ids, sends ``git am -3`` to a
+    3-way merge into another file).
+
+    Returns:
+        (sentence, renamed): "" when the commit touches only what the patch names; renamed
+        is True when every path the patch names and the commit lacks is in HEAD's history
+        (a file renamed upstream: the merge followed it), False when one never existed.
+    """
+    named = patchfile.touched(patch.read_text(errors="replace"))
+    made = git.run(vdir, "diff-tree", "--no-commit-id", "--name-only", "-r", "--no-renames", "HEAD")
+    other = [f for f in made.split() if f not in named]
+    if not other:
+        return "", False
+    gone = [p for p in named if p not in made.split()]
+    renamed = all(git.run(vdir, "log", "-1", "--format=%h", "HEAD~1", "--", p) for p in gone)
+    return (
+        f"  the patch names {', '.join(gone) or 'other files'} but git am -3 changed "
+        f"{', '.join(other)} (its 3-way merge found the change there)",
+        renamed,
+    )
+
+
 def wanted_ids(vdir: Path, entries: list[Entry]) -> list[str]:
     """patch-id of each series file, in order."""
     return [git.patch_id(vdir, e.path.read_text(errors="replace")) or "" for e in entries]

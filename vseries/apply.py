@@ -14,7 +14,7 @@ from pathlib import Path
 
 from vseries import git, materialise, patchfile, series
 from vseries import pin as pinmod
-from vseries.am import AM_ENV, BRANCH, am, explain, foreign_commits, wanted_ids
+from vseries.am import AM_ENV, BRANCH, am, elsewhere, explain, foreign_commits, wanted_ids
 from vseries.errors import SeriesError
 from vseries.workspace import Workspace
 
@@ -142,11 +142,15 @@ def apply(
     applied = []
     for e in entries:
         out = am(vdir, e.path)
-        if not git.in_progress(vdir):
+        wrong, renamed = ("", False) if git.in_progress(vdir) else elsewhere(vdir, e.path)
+        if renamed:  # a file renamed in the pin's history: followed, and said
+            print(f"apply: {e.name}:\n{wrong}, renamed in the pin; scripts/refresh.sh updates it")
+            wrong = ""
+        if not git.in_progress(vdir) and not wrong:
             applied.append(git.rev(vdir, "HEAD"))
             continue
-        why = explain(vdir, e.path, out)
-        if keep_conflict:
+        why = wrong or explain(vdir, e.path, out)
+        if keep_conflict and not wrong:
             # One am session for this patch and the ones after it, so that am --continue
             # applies the rest of the series too.
             git.run(vdir, "am", "--abort", check=False)
@@ -169,9 +173,15 @@ def apply(
             for ref in backups:
                 git.run(vdir, "update-ref", "-d", ref, check=False)
             print(f"apply: vllm/ restored, so the backup refs are dropped ({', '.join(backups)})")
+        back = f"vllm/ is back as it was ({orig[:12] if orig == head else orig})"
+        if wrong:
+            raise SeriesError(
+                f"patch {e.name} names files that vllm/ never had; {back}:\n{why}",
+                f"fix the diff --git, ---, +++ paths in patches/{e.name} (or git checkout -- "
+                f"patches/{e.name}), then scripts/apply.sh",
+            )
         raise SeriesError(
-            f"patch {e.name} does not apply on {pin.tag} + the patches before it; vllm/ is back "
-            f"as it was ({orig[:12] if orig == head else orig}):\n{why}",
+            f"patch {e.name} does not apply on {pin.tag} + the patches before it; {back}:\n{why}",
             "scripts/apply.sh --keep-conflict"
             + (" --force" if force else "")
             + "   # stop at the conflict and fix it by hand",

@@ -1,16 +1,18 @@
 """``patches/series``: the ordered list of patch files and their options.
 
 Format (quilt's, plus options): one patch file name per line, in order of application,
-optionally followed by ``key=value`` options; ``#`` starts a comment. Known option:
-``contract=<path>``, the workspace contract test of that patch (tests/contract/...); the PR
-tool also reads ``bench=`` (see vseries.prs.results).
+optionally followed by ``key=value`` options; ``#`` starts a comment. Known options:
+``contract=<path>``, the workspace contract test of that patch (tests/contract/...), and
+``bench=`` for the PR tool (see vseries.prs.results). ``read`` is the one place the file is
+checked (apply, refresh, rebase, prs and the series lint all read it through here): known
+options only, names and values of sane length, contract paths inside the workspace's tests/.
 """
 
 import difflib
 import re
 import shlex
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from vseries import git, patchfile
 from vseries.errors import SeriesError
@@ -53,6 +55,29 @@ class Entry:
 
 # A series entry is the name of a file in patches/: no folder, no control character.
 NAME = re.compile(r"[^/\\\x00-\x1f\x7f]+")
+OPTIONS = ("contract", "bench")  # the options a series line may carry
+MOST_NAME, MOST_VALUE = 200, 300  # characters; git format-patch names are under 80
+
+
+def shown(text: str, most: int = 60) -> str:
+    """``text`` quoted for a message, cut short (with its length) when it is long."""
+    return repr(text) if len(text) <= most else f"{text[:most]!r}... ({len(text)} characters)"
+
+
+def option_problem(key: str, value: str) -> str | None:
+    """What is wrong with one ``key=value`` option of a series line, or None."""
+    if key not in OPTIONS:
+        return f"unknown option {shown(key)} (known: {', '.join(k + '=' for k in OPTIONS)})"
+    if len(value) > MOST_VALUE:
+        return f"{key}= value {shown(value)} is longer than {MOST_VALUE} characters"
+    if key == "contract":
+        p = PurePosixPath(value)
+        if "\\" in value or p.is_absolute() or ".." in p.parts or p.parts[:1] != ("tests",):
+            return (
+                f"contract={shown(value)} is not a test file under tests/ of the workspace "
+                "(a relative path, no '..', e.g. contract=tests/contract/test_x.py)"
+            )
+    return None
 
 
 def read(path: Path | None = None, ws: Workspace | None = None) -> tuple[list[str], list[Entry]]:
@@ -64,7 +89,8 @@ def read(path: Path | None = None, ws: Workspace | None = None) -> tuple[list[st
 
     Raises:
         SeriesError: the file is missing or not UTF-8 text, or a line names no plain file of
-            patches/ or has a malformed option.
+            patches/ (or a name over MOST_NAME characters), or has a malformed or unknown
+            option, a value over MOST_VALUE characters or a contract outside tests/.
     """
     ws = ws or Workspace.current()
     path = path or ws.series_file
@@ -91,12 +117,23 @@ def read(path: Path | None = None, ws: Workspace | None = None) -> tuple[list[st
         name, *opts = line.split()
         fix = f"git checkout -- {where}   # the committed series; or fix line {n} by hand"
         if not NAME.fullmatch(name) or name in (".", ".."):
-            raise SeriesError(f"{where}:{n}: {name!r} is not the name of a file in patches/", fix)
+            raise SeriesError(
+                f"{where}:{n}: {shown(name)} is not the name of a file in patches/", fix
+            )
+        if len(name) > MOST_NAME:
+            raise SeriesError(
+                f"{where}:{n}: the patch name {shown(name)} is longer than {MOST_NAME} "
+                "characters (git format-patch names are under 80)",
+                fix,
+            )
         options = {}
         for o in opts:
             k, sep, v = o.partition("=")
             if not sep or not k or not v:
-                raise SeriesError(f"{where}:{n}: option {o!r} is not key=value", fix)
+                raise SeriesError(f"{where}:{n}: option {shown(o)} is not key=value", fix)
+            problem = option_problem(k, v)
+            if problem:
+                raise SeriesError(f"{where}:{n}: {problem}", fix)
             options[k] = v
         entries.append(Entry(name, options, path.parent))
     return header, entries

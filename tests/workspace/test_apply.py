@@ -226,7 +226,7 @@ def test_crlf_patch_applies(tiny):
     assert (vdir / "b.py").read_bytes() == b"x = 5\n"
 
 
-def test_patch_follows_a_renamed_file(tiny):
+def test_patch_follows_a_renamed_file(tiny, capsys):
     vdir = tiny / "vllm"
     p = make_patch(
         vdir,
@@ -244,3 +244,22 @@ def test_patch_follows_a_renamed_file(tiny):
     (tiny / "patches" / "series").write_text(p.name + "\n")
     apply.apply()
     assert "line twenty" in (vdir / "moved.py").read_text()
+    assert "git am -3 changed moved.py" in capsys.readouterr().out  # followed, and said
+
+
+def test_patch_naming_a_missing_file_is_refused_not_merged_elsewhere(tiny):
+    """A patch whose diff names a file vllm/ does not have, with the real file's blob ids:
+    ``git am -3`` would fall back to a 3-way merge and change the real file (b.py) without a
+    word. apply compares the files the commit touched with the files the patch names and
+    refuses, with vllm/ back as it was (issue 33, item 4)."""
+    vdir, pdir = tiny / "vllm", tiny / "patches"
+    p = make_patch(vdir, pdir, lambda r: (r / "b.py").write_text("x = 2\n"), "[P] b two")
+    p.write_text(p.read_text().replace("a/b.py", "a/nowhere.py").replace("b/b.py", "b/nowhere.py"))
+    (pdir / "series").write_text(p.name + "\n")
+    head = git(vdir, "rev-parse", "HEAD")
+    with pytest.raises(SeriesError) as e:
+        apply.apply(force=True)
+    msg = str(e.value)
+    assert p.name in msg and "b.py" in msg and "nowhere.py" in msg and "\n  next: " in msg
+    assert (vdir / "b.py").read_text() == "x = 1\n"
+    assert git(vdir, "rev-parse", "HEAD") == head

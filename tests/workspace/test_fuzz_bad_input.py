@@ -3,14 +3,16 @@
 A synthetic workspace holds a series of two valid patches, applied on vllm/'s branch
 ``series``. Each example breaks one file of patches/ in a way that is malformed by
 construction (a hunk cut short, a hunk count too large, a binary line inside a hunk, binary
-junk, an empty file, a duplicated / missing / unlisted / junk series line, a bad option, no
-series), optionally with CRLF line ends on top, and runs one verb as the scripts run it
-(``python -m vseries <verb>``). Each run must exit 2 with a message that names the broken
-file and a ``next:`` line, print no Python traceback, and leave vllm/ (files, HEAD, refs,
-no am in progress) and patches/ byte for byte as they were.
+junk, an empty file, a duplicated / missing / unlisted / junk series line, a bad option, an
+unknown option, a patch name or option value far too long (up to 10 MB), a contract path
+that leaves tests/ or the workspace, no series), optionally with CRLF line ends on top, and
+runs one verb as the scripts run it (``python -m vseries <verb>``). Each run must exit 2 with
+a message that names the broken file and a ``next:`` line, print no Python traceback, and
+leave vllm/ (files, HEAD, refs, no am in progress) and patches/ byte for byte as they were.
 
 Bounded for CI: a fixed number of examples per verb, derandomized (the same inputs on every
-run), no example database. The number of inputs tried is printed (pytest -s shows it).
+run), no example database. The number of inputs tried, by kind, is printed (pytest -s shows
+it).
 """
 
 import os
@@ -24,13 +26,24 @@ from conftest import git, make_patch, tiny_workspace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-EXAMPLES = 24  # per verb
+EXAMPLES = 30  # per verb
 VERBS = {
     "apply": ["apply"],
     "refresh": ["refresh"],
     "rebase --check": ["rebase", "--check", "v0.99.0"],
 }
 TRIED = {verb: 0 for verb in VERBS}
+KINDS: dict[str, dict[str, int]] = {verb: {} for verb in VERBS}
+# lengths of a patch name or option value past the limits (200 / 300 characters), up to 10 MB
+HUGE = [201, 301, 4096, 300_000, 10_000_000]
+ESCAPES = [
+    b"../../../../etc/passwd",
+    b"/etc/passwd",
+    b"tests/../../x.py",
+    b"tests/../vseries/cli.py",
+    b"vseries/cli.py",
+    b"..",
+]
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +139,7 @@ def patch_fault(draw, patches: dict[str, bytes]) -> tuple[str, dict[str, bytes |
     lines = patches[name].splitlines(keepends=True)
     spans = hunks(lines)
     kind = draw(st.sampled_from(["truncated", "count", "junk line", "binary", "no diff", "empty"]))
+    _seen.append(kind)
     if kind == "truncated":  # cut before the last line of a hunk: the hunk is short
         h, last = draw(st.sampled_from(spans))
         text = b"".join(lines[: draw(st.integers(h + 1, last))])
@@ -154,14 +168,20 @@ def patch_fault(draw, patches: dict[str, bytes]) -> tuple[str, dict[str, bytes |
     return name, {name: text}
 
 
+MALFORMED = ["duplicate", "missing", "unlisted", "junk", "option", "empty", "gone"]
+# what the one series check refuses although the line is well formed (issue 33)
+LIMITS = ["unknown option", "huge name", "huge value", "contract escapes"]
+
+
 @st.composite
-def series_fault(draw, patches: dict[str, bytes]) -> tuple[str, dict[str, bytes | None]]:
+def series_fault(
+    draw, patches: dict[str, bytes], kinds: list[str]
+) -> tuple[str, dict[str, bytes | None]]:
     """("patches/series", {"series": new bytes or None (deleted)})."""
     lines = patches["series"].splitlines(keepends=True)
     listed = [i for i, ln in enumerate(lines) if ln.strip() and not ln.startswith(b"#")]
-    kind = draw(
-        st.sampled_from(["duplicate", "missing", "unlisted", "junk", "option", "empty", "gone"])
-    )
+    kind = draw(st.sampled_from(kinds))
+    _seen.append(kind)
     if kind == "duplicate":
         i = draw(st.sampled_from(listed))
         lines.insert(draw(st.integers(1, len(lines))), lines[i])
@@ -176,6 +196,22 @@ def series_fault(draw, patches: dict[str, bytes]) -> tuple[str, dict[str, bytes 
         i = draw(st.sampled_from(listed))
         bad = draw(st.sampled_from([b"contract", b"=x", b"k=", b"="]))
         lines[i] = lines[i].rstrip(b"\n") + b" " + bad + b"\n"
+    elif kind == "unknown option":
+        i = draw(st.sampled_from(listed))
+        key = draw(st.sampled_from([b"contrct", b"extra", b"Contract", b"bench2", b"x"]))
+        lines[i] = lines[i].rstrip(b"\n") + b" " + key + b"=1\n"
+    elif kind == "huge name":  # a new line, or a listed name made long
+        n = draw(st.sampled_from(HUGE))
+        lines.insert(draw(st.integers(1, len(lines))), b"0003-" + b"x" * n + b".patch\n")
+    elif kind == "huge value":
+        i = draw(st.sampled_from(listed))
+        n = draw(st.sampled_from(HUGE))
+        key = draw(st.sampled_from([b"contract=tests/", b"bench="]))
+        name = lines[i].split()[0]
+        lines[i] = name + b" " + key + b"y" * n + b"\n"
+    elif kind == "contract escapes":
+        i = draw(st.sampled_from(listed))
+        lines[i] = lines[i].split()[0] + b" contract=" + draw(st.sampled_from(ESCAPES)) + b"\n"
     elif kind == "empty":
         lines = []
     else:
@@ -183,9 +219,16 @@ def series_fault(draw, patches: dict[str, bytes]) -> tuple[str, dict[str, bytes 
     return "patches/series", {"series": b"".join(lines)}
 
 
+_seen: list[str] = []  # the kind each drawn input is of, in order (for the counts)
+
+
 @st.composite
 def bad_input(draw, patches: dict[str, bytes]) -> tuple[str, dict[str, bytes | None]]:
-    named, files = draw(st.one_of(patch_fault(patches), series_fault(patches)))
+    named, files = draw(
+        st.one_of(
+            patch_fault(patches), series_fault(patches, MALFORMED), series_fault(patches, LIMITS)
+        )
+    )
     if draw(st.booleans()):  # CRLF line ends on top of the fault
         files = {n: t.replace(b"\n", b"\r\n") if t else t for n, t in files.items()}
     return named, files
@@ -213,6 +256,8 @@ def test_bad_series_or_patch_is_refused_cleanly(ws, verb):
     def run(case):
         named, files = case
         TRIED[verb] += 1
+        kind = _seen[-1] if _seen else "?"
+        KINDS[verb][kind] = KINDS[verb].get(kind, 0) + 1
         try:
             for name, text in files.items():
                 target = root / "patches" / name
@@ -239,4 +284,5 @@ def test_bad_series_or_patch_is_refused_cleanly(ws, verb):
 
     run()
     print(f"\nfuzz {verb}: {TRIED[verb]} generated inputs, each refused with nothing lost")
+    print("  by kind: " + ", ".join(f"{k} {n}" for k, n in sorted(KINDS[verb].items())))
     assert TRIED[verb] >= EXAMPLES

@@ -71,8 +71,31 @@ def test_series_options_and_errors(tiny):
         (b"0001-a\x00.patch\n", "is not the name of a file in patches/"),
         (b"../upstream.toml\n", "is not the name of a file in patches/"),
         (b"..\n", "is not the name of a file in patches/"),
+        (b"0001-a.patch contrct=tests/x.py\n", r"unknown option 'contrct' \(known: contract="),
+        (b"0001-a.patch extra=1\n", "unknown option 'extra'"),
+        (b"x" * 10_000_000 + b".patch\n", "longer than 200 characters"),
+        (b"x" * 300 + b".patch\n", "longer than 200 characters"),
+        (b"0001-a.patch contract=tests/" + b"x" * 10_000_000 + b"\n", "longer than 300"),
+        (b"0001-a.patch contract=../../../../etc/passwd\n", "is not a test file under tests/"),
+        (b"0001-a.patch contract=tests/../../x.py\n", "is not a test file under tests/"),
+        (b"0001-a.patch contract=/etc/passwd\n", "is not a test file under tests/"),
+        (b"0001-a.patch contract=vseries/cli.py\n", "is not a test file under tests/"),
     ],
-    ids=["binary", "nul", "outside", "dotdot"],
+    ids=[
+        "binary",
+        "nul",
+        "outside",
+        "dotdot",
+        "misspelt option",
+        "unknown option",
+        "10 MB name",
+        "300-character name",
+        "10 MB contract",
+        "contract escapes",
+        "contract escapes from tests",
+        "absolute contract",
+        "contract outside tests",
+    ],
 )
 def test_series_line_that_names_no_patch_file_is_refused(tiny, line, why):
     """A series line is a file name in patches/: binary junk, control characters or a path
@@ -83,3 +106,15 @@ def test_series_line_that_names_no_patch_file_is_refused(tiny, line, why):
     assert "patches/series:2" in str(e.value) and "next: git checkout -- patches/series" in str(
         e.value
     )
+    assert len(str(e.value)) < 1000  # a huge name or value is not echoed whole
+
+
+def test_lint_reads_the_series_through_the_same_check(tiny):
+    """The series lint refuses what apply refuses (one check, in series.read), without a
+    traceback on a 10 MB value."""
+    from vseries import lint_series
+
+    for line in ("0001-a.patch extra=1", "0001-a.patch contract=" + "t" * 10_000_000):
+        (tiny / "patches" / "series").write_text(line + "\n")
+        [found] = lint_series.problems()
+        assert "patches/series:1" in found and "\n  next: " in found

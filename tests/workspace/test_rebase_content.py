@@ -320,3 +320,52 @@ def test_real_patch_upstreamed_with_an_adjacent_edit_is_decided_by_its_contract(
     assert list(rows_of(rep).values()) == [UPSTREAMED], rep
     assert f"contract {contract} passes on plain v0.99.0" in rep
     assert "the patch itself conflicts there" in rep and "decided before asking a person" in rep
+
+
+# ---- issue 33, item 1: counted against the old pin, statements as well as lines -------------
+
+DICT = "cfg = dict(\n    a=1,\n    b=2,\n)\n"
+# (the patch's edit, upstream's files, the file, the line named, its count on HEAD at the stop)
+COUNTED = {
+    # the old pin has "line 7" once; upstream adds a second copy, the patch a third
+    "a line the old pin had once": (
+        insert_after("a.py", "line 30\n", "line 7\n"),
+        {"a.py": A.replace("line 20\n", "line 20\nline 7\n")},
+        "a.py",
+        "line 7",
+        3,
+    ),
+    # a multi-line statement in a Python file; upstream wrote it on one line elsewhere
+    "a Python statement over several lines": (
+        lambda r: (r / "b.py").write_text("x = 1\n" + DICT),
+        {"b.py": "cfg = dict(a=1, b=2)\nx = 1\n"},
+        "b.py",
+        "cfg = dict(",
+        None,
+    ),
+    # the same block in a file that does not parse as Python: compared as a run of lines
+    "a block of lines in a file that is not Python": (
+        insert_after("a.py", "line 10\n", DICT),
+        {"a.py": A + DICT},
+        "a.py",
+        "cfg = dict(",
+        2,
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", list(COUNTED))
+def test_repeats_are_counted_against_the_old_pin(offline, index, shape):
+    """Item 1: the replay would leave a line, or a whole statement, more times than the old
+    pin plus the patch intended: the rebase stops and names it (it used to carry it silently:
+    three copies of a line the old pin had once; a dict(...) block twice)."""
+    change, files, path, first, count = COUNTED[shape]
+    series_of(offline, (change, "[P] one more"))
+    publish(index, "0.99.0", {"a.py": A, "b.py": "x = 1\n", **files})
+    with pytest.raises(SeriesError) as e:
+        cli("v0.99.0", "--commit", FULL)
+    msg = str(e.value)
+    assert "would add lines twice" in msg and f"adds `{first}`" in msg, msg
+    assert f"{path} already has at line" in msg
+    if count:  # the commit waits on HEAD: the line is there once more than upstream has it
+        assert lines_of(offline, path, first) == count

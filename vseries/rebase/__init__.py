@@ -1,7 +1,7 @@
 """rebase: move the series onto a newer upstream release and say what upstream has taken.
 
     scripts/rebase.sh v0.22.0 [--commit <40-hex id>] [--report PATH] [--no-contracts]
-    scripts/rebase.sh --continue | --skip | --abort
+    scripts/rebase.sh --continue [--drop-repeats | --port FILE] | --skip | --abort
     scripts/rebase.sh --check v0.33.0      # classify only; changes nothing
 
 The new release is materialised into the same vllm/ repository as the pin (vseries.release:
@@ -23,6 +23,7 @@ The package, by responsibility:
     finish.py     after the last patch: report; move pin, patches/, series, gitlink
     report.py     the Markdown report
     control.py    --continue, --skip;  undo.py: --abort;  check.py: --check
+    twice.py      a stop on lines twice taken up: --continue [--drop-repeats]
     command.py    the command line
 """
 

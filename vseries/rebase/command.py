@@ -21,12 +21,16 @@ def main(args) -> int:
         return undo.abort(ws)
     if args.skip:
         return control.skip(ws)
+    if args.drop_repeats and not args.cont:
+        raise SeriesError(
+            "--drop-repeats goes with --continue", "scripts/rebase.sh --continue --drop-repeats"
+        )
     if args.port and not args.cont:
         raise SeriesError(
             "--port goes with --continue", "scripts/rebase.sh --continue --port <patch file>"
         )
     if args.cont:
-        return control.resume(ws, args.port)
+        return control.resume(ws, args.port, args.drop_repeats)
     if not args.target:
         raise SeriesError("name the release to rebase onto", "scripts/rebase.sh v0.22.0")
     if args.commit and not SHA1.match(args.commit):
@@ -81,6 +85,12 @@ def add_parser(sub) -> None:
         metavar="FILE",
         help="with --continue: replace the stopped patch by FILE, a port of it to the new "
         "release (git format-patch output: its code and its message)",
+    )
+    p.add_argument(
+        "--drop-repeats",
+        action="store_true",
+        help="with --continue after a stop on lines added twice: take those lines out of the "
+        "patch's commit and go on (the patch is upstreamed when nothing is left)",
     )
     g.add_argument("--abort", action="store_true", help="put everything back as before")
     p.set_defaults(func=main)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from vseries import am, git, patchfile
 from vseries.errors import SeriesError
-from vseries.rebase import engine, undo
+from vseries.rebase import engine, twice, undo
 from vseries.rebase.decide import decide
 from vseries.rebase.evidence import Evidence
 from vseries.rebase.state import CONFLICT, NEXT, REPLAYING, STARTING, TWICE, Store
@@ -70,11 +70,11 @@ def _port(ws: Workspace, st, port: Path) -> None:
         )
 
 
-def resume(ws: Workspace, port: Path | None = None) -> int:
+def resume(ws: Workspace, port: Path | None = None, drop_repeats: bool = False) -> int:
     """--continue: after a hand fix of a conflict, after a stop on lines added twice (the
     commit as it is now on HEAD is kept), or after a run that was killed midway. With
     ``port``, the stopped patch is replaced by that patch file (a port of it to the new
-    release).
+    release); with ``drop_repeats``, a stop on lines twice goes on without them (twice.py).
 
     Raises:
         SeriesError: no rebase in progress; unmerged files remain; the fix changes nothing
@@ -87,6 +87,10 @@ def resume(ws: Workspace, port: Path | None = None) -> int:
         if st.status not in (CONFLICT, TWICE):
             raise SeriesError("--port replaces a stopped patch, and none is waiting", NEXT)
         _port(ws, st, port)
+    elif drop_repeats and st.status != TWICE:
+        raise SeriesError("--drop-repeats goes on from a stop on lines added twice", NEXT)
+    elif st.status == TWICE:
+        return twice.resume(ws, st, store, drop_repeats)
     if st.status == STARTING:  # killed before the replay began: begin once more
         undo.abort(ws, quiet=True)
         print(f"rebase: the last run stopped before replaying; starting again on {st.target}")
@@ -102,7 +106,7 @@ def resume(ws: Workspace, port: Path | None = None) -> int:
         if port is not None:
             prefix = [f"replaced by a port to {st.new.tag} ({port.name}, --continue --port)"]
             ev.threeway = ev.resolved = ev.ported = True
-        elif st.status == CONFLICT:
+        else:  # a conflict fixed by hand
             files = next(
                 (m.group(1) for e in row.evidence if (m := re.search(r"unmerged files: (.*)", e))),
                 "",
@@ -113,17 +117,8 @@ def resume(ws: Workspace, port: Path | None = None) -> int:
                 + "; fixed by hand and continued"
             ]
             ev.threeway = ev.resolved = True
-        elif head != row.new:  # the user amended the commit (e.g. took a repeated line out)
-            prefix = ["stopped on lines it would add twice; changed by hand and continued"]
-            ev.resolved = True
-        else:
-            prefix, ev.repeats_kept = [], True
         row.cls, row.evidence = "", []
         engine.carried(ws, st, store, row, text, ev, prefix)
-    elif st.status == TWICE:
-        raise SeriesError(
-            f"the commit of {row.name} is no longer on vllm/ HEAD", "scripts/rebase.sh --skip"
-        )
     elif st.status in (REPLAYING, CONFLICT):
         # Killed midway (or the am session was ended by hand): go back to the last decision
         # and redo the patch after it, so that none is lost or applied twice.

@@ -17,7 +17,9 @@ The classes, in the order the checks run:
   changed upstream), or the 3-way merge dropped some changed lines because the new release
   already has them, or the contract's tests that fail on the old pin pass on new upstream.
 - carried, resolved by hand / carried with 3-way merge / carried clean.
-- dropped by --skip.
+- dropped by --skip (or its commit taken out by hand at a stop on lines twice).
+- upstreamed, too, at a stop on lines twice where nothing is left once the repeated lines are
+  out (--continue --drop-repeats, or the commit emptied by hand).
 
 A change to "how rebase decides upstreamed" goes here (and its test in
 tests/workspace/test_decide.py); how the evidence is gathered is evidence.py/contracts.py.
@@ -84,7 +86,18 @@ def decide(ev: Evidence) -> Decision:
     """Class one patch from its evidence (see the module doc for the rules)."""
     if ev.skipped:
         after = "a conflict" if ev.am == "conflict" else "a stop on lines it would add twice"
-        return Decision(SKIPPED, [f"dropped by the user with --skip after {after}"], DROP)
+        how = "(its commit taken out of vllm/ by hand)" if ev.resolved else "with --skip"
+        return Decision(SKIPPED, [f"dropped by the user {how} after {after}"], DROP)
+    if ev.emptied:
+        said = "\n".join(f"  {r}" for r in ev.repeated)
+        return Decision(
+            UPSTREAMED,
+            [
+                f"nothing of the patch is left once the lines {ev.tag} already has elsewhere "
+                f"in the same file are taken out ({ev.emptied}); upstream has them:\n{said}"
+            ],
+            DROP,
+        )
     found = []
     if ev.reverse_applies:
         found.append(
@@ -166,7 +179,10 @@ def _carried(ev: Evidence, passes: bool) -> Decision:
         )
     elif ev.dropped:
         cls = PARTLY
-        out += [f"already on {ev.tag}, so dropped by the 3-way merge: {d}" for d in ev.dropped]
+        how = (
+            "taken out with --drop-repeats" if ev.repeats_dropped else "dropped by the 3-way merge"
+        )
+        out += [f"already on {ev.tag}, so {how}: {d}" for d in ev.dropped]
         out.append("the rest is carried (the refreshed patch holds only what is still missing)")
     else:
         cls = THREE_WAY if ev.threeway else CLEAN

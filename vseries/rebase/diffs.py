@@ -5,6 +5,7 @@ before and after), these functions say what moved, what upstream already had, an
 the patch's added lines the new release already holds elsewhere.
 """
 
+import ast
 import builtins
 import io
 import keyword
@@ -12,6 +13,7 @@ import re
 import tokenize
 from collections import Counter
 from difflib import SequenceMatcher
+from typing import NamedTuple
 
 from vseries.patchfile import Hunk, hunks
 
@@ -149,22 +151,153 @@ def statements(path: str, text: str) -> set[int] | range:
     return found
 
 
+class Repeat(NamedTuple):
+    """A line, or a statement of several lines, that the replay adds although the new
+    release already has it elsewhere in the same file.
+
+    Attributes:
+        path: the file (its path after the replay).
+        first, last: the lines (1-based, in the file after the replay) the replay added it at.
+        text: the line (its first line for a statement), stripped.
+        elsewhere: where else the file has it (first lines).
+    """
+
+    path: str
+    first: int
+    last: int
+    text: str
+    elsewhere: list[int]
+
+    def sentence(self) -> str:
+        at = ("lines " if len(self.elsewhere) > 1 else "line ") + ", ".join(
+            map(str, self.elsewhere)
+        )
+        if self.first == self.last:
+            return (
+                f"{self.path}:{self.first} adds `{self.text}`, which {self.path} already has "
+                f"at {at} (upstream added it)"
+            )
+        return (
+            f"{self.path}:{self.first}-{self.last} adds `{self.text}`, which {self.path} "
+            f"already has at {at} (upstream added it; the whole statement, "
+            f"{self.last - self.first + 1} lines)"
+        )
+
+
+def _more(texts: tuple[int, int, int, int]) -> bool:
+    """Whether a line or statement counted (old pin, old pin + patch, new release, replay)
+    is there more often than the old pin plus the patch intended, because upstream added it.
+    A line the old pin already had twice or more is an idiom (a decorator on every test):
+    more of it says nothing about upstream taking the patch."""
+    old_before, old_after, new_before, after = texts
+    return after > old_after and new_before > old_before and old_before <= 1
+
+
+def _whole_lines(path: str, text: str) -> Counter:
+    """{stripped line: count} of the lines that hold a whole statement (``statements``)."""
+    rows = text.splitlines()
+    whole = statements(path, text)
+    return Counter(x.strip() for i, x in enumerate(rows, 1) if i in whole)
+
+
+def _ast_statements(path: str, text: str) -> list[tuple[int, int, str]] | None:
+    """(first line, last line, normalised form) of every statement of a Python file (the
+    form is its ``ast.dump``: layout and comments do not count); None when the file is not
+    Python or does not parse."""
+    if not path.endswith(".py"):
+        return None
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    return [
+        (n.lineno, n.end_lineno or n.lineno, ast.dump(n))
+        for n in ast.walk(tree)
+        if isinstance(n, ast.stmt)
+    ]
+
+
+def _runs(ours: set[int]) -> list[tuple[int, int]]:
+    """Runs of consecutive line numbers, as (first, last)."""
+    out: list[tuple[int, int]] = []
+    for n in sorted(ours):
+        if out and out[-1][1] == n - 1:
+            out[-1] = (out[-1][0], n)
+        else:
+            out.append((n, n))
+    return out
+
+
+def _block(rows: list[str], first: int, last: int) -> tuple[str, ...]:
+    return tuple(x.strip() for x in rows[first - 1 : last] if x.strip())
+
+
+def _places(text: str, key: tuple[str, ...]) -> list[int]:
+    """First line numbers of each place the stripped non-blank lines ``key`` stand in a row
+    in ``text`` (blank lines between them do not count)."""
+    kept = [(i, x.strip()) for i, x in enumerate(text.splitlines(), 1) if x.strip()]
+    k = len(key)
+    return [
+        kept[j][0]
+        for j in range(len(kept) - k + 1)
+        if kept[j][1] == key[0] and tuple(x for _, x in kept[j : j + k]) == key
+    ]
+
+
+def _statements_twice(path: str, texts: tuple[str, str, str, str], ours: set[int]) -> list[Repeat]:
+    """The replay's multi-line statements (Python, by ``ast``) or runs of added lines (any
+    other file, or one that does not parse) that ``_more`` finds too often."""
+    rows = texts[3].splitlines()
+    parsed = [_ast_statements(path, t) for t in texts]
+    found = []
+    if all(p is not None for p in parsed):
+        counts = [Counter(k for _, _, k in p) for p in parsed]
+        spans = [(a, b, k) for a, b, k in parsed[3] if b > a]
+        for a, b, key in sorted(spans, key=lambda s: (s[0], -s[1])):
+            if any(r.first <= a <= r.last for r in found):
+                continue  # inside a statement already found
+            if not all(n in ours for n in range(a, b + 1) if rows[n - 1].strip()):
+                continue
+            if not telling(" ".join(_block(rows, a, b))):
+                continue
+            if _more(tuple(c[key] for c in counts)):
+                where = [x for x, _, k in parsed[3] if k == key and x not in ours]
+                if where:
+                    found.append(Repeat(path, a, b, rows[a - 1].strip(), sorted(set(where))))
+        return found
+    for a, b in _runs(ours):
+        key = _block(rows, a, b)
+        if len(key) < 2 or not telling(" ".join(key)):
+            continue
+        if _more(tuple(len(_places(t, key)) for t in texts)):
+            where = [x for x in _places(texts[3], key) if x not in ours]
+            if where:
+                found.append(Repeat(path, a, b, key[0], where))
+    return found
+
+
 def repeats(
     added: dict[str, list[tuple[int, str]]],
     after: dict[str, str],
     new_before: dict[str, str],
     old_before: dict[str, str],
-) -> list[str]:
-    """The replay's added lines that the new release already holds elsewhere in the file.
+    old_after: dict[str, str] | None = None,
+) -> list[Repeat]:
+    """The replay's added lines and statements that the new release already holds elsewhere
+    in the file, more times than the old pin plus the patch intended.
 
-    A line counts when it is new to the file on both sides: the old pin did not have it (the
-    patch brought it), upstream added it between the releases, and the replay adds it once
-    more, so the result holds it twice. A line the old pin already had (an idiom such as a
-    decorator used on every test) says nothing about upstream taking the patch. Whitespace
-    around a line is ignored (upstream may have moved it into another block); lines that say
-    nothing (``telling``) are left out, and in a Python file so are lines that are not a
-    whole statement (``self._x is not None`` inside a longer condition: the same expression
-    in two places is ordinary code).
+    Counted against the old pin: a line (or a statement) counts when the replay's file holds
+    it more often than the old pin with the patch did, because upstream added copies of it
+    between the releases (the old pin had it at most once: a line the old pin had twice or
+    more is an idiom, such as a decorator used on every test). So a line new to the file
+    that upstream also added counts, and so does a line the old pin had once, upstream a
+    second copy and the patch a third. Whitespace around a line is ignored (upstream may have
+    moved it into another block); lines that say nothing (``telling``) are left out, and in a
+    Python file so are lines that are not a whole statement (``self._x is not None`` inside
+    a longer condition). A statement over several lines (a ``dict(`` ... ``)`` call, a
+    function) is compared whole: in a Python file by its ``ast`` (layout and comments aside),
+    in any other file (or one that does not parse) as a run of added lines; it replaces the
+    lines of it found one by one.
 
     Args:
         added: the replayed commit's added lines (``patchfile.added_lines``).
@@ -172,28 +305,40 @@ def repeats(
         new_before: {path: text} of each file on the new release + the patches before this one.
         old_before: {path: text} of the same files on the old pin + the patches before this
             one (under the path they had there).
+        old_after: the same files on the old pin with the patch (what the patch intended);
+            when missing, the old pin's text plus the replay's added lines.
 
     Returns:
-        One sentence per repeated line, e.g. "a.py:31 adds `import os`, which a.py already has
-        at line 2 (upstream added it)", in file and line order.
+        The repeats in file and line order (``Repeat.sentence()`` says each one).
     """
-    found = []
+    found: list[Repeat] = []
     for path, lines in added.items():
-        text = after.get(path, "").splitlines()
-        whole = statements(path, after.get(path, ""))
+        text = after.get(path, "")
+        rows, whole = text.splitlines(), statements(path, text)
         ours = {n for n, _ in lines}
-        counts_new = Counter(x.strip() for x in new_before.get(path, "").splitlines())
-        counts_old = Counter(x.strip() for x in old_before.get(path, "").splitlines())
+        old = old_before.get(path, "")
+        intended = (old_after or {}).get(path)
+        if intended is None:
+            intended = old + "".join(ln + "\n" for _, ln in lines)
+        texts = (old, intended, new_before.get(path, ""), text)
+        counts = [_whole_lines(path, t) for t in texts]
+        blocks = _statements_twice(path, texts, ours)
         for n, line in lines:
             s = line.strip()
-            if not telling(s) or counts_old[s] or not counts_new[s] or n not in whole:
+            if not telling(s) or n not in whole or any(b.first <= n <= b.last for b in blocks):
+                continue
+            if not _more(tuple(c[s] for c in counts)):
                 continue
             elsewhere = [
-                i for i, x in enumerate(text, 1) if x.strip() == s and i not in ours and i in whole
+                i for i, x in enumerate(rows, 1) if x.strip() == s and i not in ours and i in whole
             ]
             if elsewhere:
-                at = ("lines " if len(elsewhere) > 1 else "line ") + ", ".join(map(str, elsewhere))
-                found.append(
-                    f"{path}:{n} adds `{s}`, which {path} already has at {at} (upstream added it)"
-                )
-    return found
+                found.append(Repeat(path, n, n, s, elsewhere))
+        found += blocks
+    return sorted(found, key=lambda r: (r.path, r.first))
+
+
+def without(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` without the lines in ``spans`` ((first, last), 1-based, inclusive)."""
+    gone = {n for a, b in spans for n in range(a, b + 1)}
+    return "".join(x for i, x in enumerate(text.splitlines(keepends=True), 1) if i not in gone)

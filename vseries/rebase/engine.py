@@ -273,9 +273,10 @@ def stop(st: State, store: Store, row: Row, d: Decision, status: str) -> None:
     raise SeriesError(
         f"patch {row.name} would add lines twice on {tag} + the patches before it; it is "
         "committed in vllm/ (HEAD) for you to look at:\n" + "\n".join(d.evidence),
-        "remove the repeated lines in vllm/ and git -C vllm commit -a --amend --no-edit, then "
-        "scripts/rebase.sh --continue   # or --continue as it is (keeps both), --skip (drop "
-        "the patch) or --abort",
+        "scripts/rebase.sh --continue --drop-repeats   # takes the repeated lines out of the "
+        "commit and goes on (upstreamed when nothing is left); or edit vllm/ (uncommitted "
+        "changes are folded into the commit) and --continue, --continue as it is (keeps "
+        "both), --skip (drop the patch) or --abort",
     )
 
 

@@ -32,6 +32,10 @@ class Evidence:
         taken: lines that show upstream went part of the way (diffs.part_of_the_way).
         repeated: added lines the new release already has elsewhere (diffs.repeats).
         repeats_kept: the user saw ``repeated`` and continued (--continue) with them.
+        repeats_dropped: the user had the repeats taken out (--continue --drop-repeats) and
+            the rest is carried.
+        emptied: how nothing of the patch was left once its repeats were out
+            ("--drop-repeats", "the commit emptied by hand"); "" when something is left.
         ported: the patch was replaced by a port written against the new release
             (--continue --port): the lines it adds there are its author's, repeats included.
         verdict: the contract's CPU-decidable part on plain new upstream: ("pass" | "fail" |
@@ -56,6 +60,8 @@ class Evidence:
     taken: list[str] = field(default_factory=list)
     repeated: list[str] = field(default_factory=list)
     repeats_kept: bool = False
+    repeats_dropped: bool = False
+    emptied: str = ""
     ported: bool = False
     verdict: tuple[str, str] | None = None
     kept: list[str] = field(default_factory=list)
@@ -134,10 +140,12 @@ def _show(vdir: Path, rev: str, path: str) -> str:
     return r.out if r.ok else ""
 
 
-def repeated(vdir: Path, original: str, replayed: str, old: str, new: str) -> list[str]:
-    """The lines the replayed commit ``new`` adds that the new release already has elsewhere
-    in the same file (diffs.repeats): ``old`` is the patch's commit on the old pin, so
-    ``old^`` and ``new^`` are the two releases with the patches before this one."""
+def repeats(vdir: Path, original: str, replayed: str, old: str, new: str) -> list[diffs.Repeat]:
+    """The lines and statements the replayed commit ``new`` adds that the new release already
+    has elsewhere in the same file, more often than the old pin plus the patch intended
+    (diffs.repeats): ``old`` is the patch's commit on the old pin, so ``old^`` and ``new^``
+    are the two releases with the patches before this one, and ``old`` what the patch
+    intended."""
     added = patchfile.added_lines(git.run(vdir, "show", "--format=", "-U0", new))
     if not added:
         return []
@@ -145,4 +153,10 @@ def repeated(vdir: Path, original: str, replayed: str, old: str, new: str) -> li
     after = {p: _show(vdir, new, p) for p in added}
     new_before = {p: _show(vdir, f"{new}^", p) for p in added}
     old_before = {p: _show(vdir, f"{old}^", back.get(p, p)) for p in added} if old else {}
-    return diffs.repeats(added, after, new_before, old_before)
+    old_after = {p: _show(vdir, old, back.get(p, p)) for p in added} if old else None
+    return diffs.repeats(added, after, new_before, old_before, old_after)
+
+
+def repeated(vdir: Path, original: str, replayed: str, old: str, new: str) -> list[str]:
+    """``repeats`` as sentences, one per line or statement."""
+    return [r.sentence() for r in repeats(vdir, original, replayed, old, new)]
