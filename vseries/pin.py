@@ -158,7 +158,8 @@ def move(
             i,
             f"{NOTE}commit is the synthetic commit made from {source.filename}; "
             f"upstream's id is known only as {upstream_id} (vllm/_version.py). "
-            "With the full id: git -C vllm replace <full id> <this commit>, put "
+            "The gitlink records this commit too; with the full id: git -C vllm replace "
+            "<full id> <this commit>, put "
             "the full id here, git update-index --cacheinfo 160000,<full id>,vllm\n",
         )
     path.write_text("".join(lines))

@@ -321,7 +321,7 @@ def newer(vdir: Path, old: pinmod.Pin, tag: str, commit: str | None, route: str)
             if commit
             else f"taken from its vllm/_version.py: only the short id "
             f"{rel.upstream} is known, so the pin records the synthetic "
-            f"commit {rel.base[:12]} and the gitlink is not moved (pass "
+            f"commit {rel.base[:12]}, and so does the gitlink (pass "
             "--commit <the tag's full 40-hex id> to record the real one)"
         )
     else:

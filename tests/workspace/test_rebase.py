@@ -516,7 +516,10 @@ def test_check_changes_nothing(two, index, tmp_path, capsys):
     assert snapshot(two) == before
 
 
-def test_gitlink_moves_to_a_full_id_only(two, index):
+def test_gitlink_follows_the_pin_also_a_synthetic_one(two, index):
+    """The gitlink records the pin: the upstream id when it is known in full, else the
+    synthetic commit the source release makes (the same on every machine), never the old
+    release (which a recursive clone would check out without a word)."""
     git(two, "init", "-q")
     git(two, "update-index", "--add", "--cacheinfo", f"160000,{pinmod.load().commit},vllm")
     publish(index, "0.99.0", {"a.py": A, "b.py": "x = 1\n"})
@@ -524,13 +527,13 @@ def test_gitlink_moves_to_a_full_id_only(two, index):
     assert git(two, "ls-files", "-s", "vllm").split()[1] == FULL
     publish(index, "0.100.0", {"a.py": A, "b.py": "x = 1\n", "d.py": ""}, short="feed123")
     assert cli("v0.100.0") == 0  # no --commit: only the short id is known
-    assert git(two, "ls-files", "-s", "vllm").split()[1] == FULL  # not moved
     pin = pinmod.load()
+    assert git(two, "ls-files", "-s", "vllm").split()[1] == pin.commit != FULL
     vdir = two / "vllm"
     assert pin.tag == "v0.100.0" and git(vdir, "rev-parse", "v0.100.0^{commit}") == pin.commit
     assert "upstream's id is known only as feed123" in (two / "upstream.toml").read_text()
     rep = report_of(two, "v0.100.0")
-    assert "gitlink NOT moved" in rep and "only the short id feed123" in rep
+    assert "gitlink vllm moved to" in rep and "known only as feed123" in rep
 
 
 def test_release_commit_is_the_one_materialise_makes(two, index, tmp_path):

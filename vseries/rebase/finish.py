@@ -106,12 +106,19 @@ def _move(ws: Workspace, st: State, notes: list[str]) -> None:
     )
     record_upstreamed(ws, st, notes)
     link = git.gitlink(ws.root)
-    if link and rel.full:
+    if link:
+        # the gitlink records the pin, also a synthetic commit (upstream's id known only as a
+        # short one): left at the old release it would check the old tree out silently, while
+        # an id upstream lacks fails loudly in a recursive clone, and setup.sh makes it anew
         git.run(ws.root, "update-index", "--cacheinfo", f"160000,{rel.base},vllm")
-        notes.append(f"gitlink vllm moved to {rel.base[:12]} (staged in the superproject)")
-    elif link:
         notes.append(
-            f"gitlink NOT moved: the upstream id of {rel.tag} is known only as {rel.upstream}"
+            f"gitlink vllm moved to {rel.base[:12]} (staged in the superproject)"
+            + (
+                ""
+                if rel.full
+                else f": the synthetic commit of {rel.tag}, whose upstream id is known only as "
+                f"{rel.upstream} (setup.sh makes the same commit from the source release)"
+            )
         )
     store = Store(ws)
     keep = store.dir / f"backup-{st.old.tag}-{stamp}"
