@@ -18,7 +18,7 @@ for arg in "$@"; do
       elif "${PYTHON:-python3}" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
         py=${PYTHON:-python3}
       fi
-      if [ -n "$py" ] && PYTHONDONTWRITEBYTECODE=1 "$py" -m vseries "$verb" --help; then
+      if [ -n "$py" ] && VSERIES_PROG=$0 PYTHONDONTWRITEBYTECODE=1 "$py" -m vseries "$verb" --help; then
         exit 0
       fi
       echo "usage: scripts/$verb.sh [options]   (the full --help needs Python >= 3.11;"

@@ -44,5 +44,6 @@ def test_help_creates_and_installs_nothing(fresh, script):
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "usage" in r.stdout.lower(), r.stdout
+    assert f"scripts/{script}" in r.stdout, r.stdout  # the verb's own usage (issue 35)
     assert not (fresh / ".venv").exists()
     assert files(fresh) == before
