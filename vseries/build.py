@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vseries import fetch, git, host, materialise, patchfile, series
+from vseries import fetch, git, host, materialise, patchfile, series, worktree
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
 from vseries.workspace import Workspace
@@ -115,12 +115,12 @@ def build(reinstall: bool = False, ws: Workspace | None = None) -> None:
         "print(m.version('vllm'), u.find_spec('vllm').origin)"
     )
     installed, _, where = where.partition(" ")
-    ok_i = ok_i and installed.split("+")[0] == pin.version
+    ok_i = ok_i and installed == pin.version  # "+cpu": an install from before the override
     if (
         not reinstall
         and ok_i
         and where.startswith(str(vdir))
-        and (vdir / "vllm" / "_C.abi3.so").exists()
+        and any((vdir / "vllm" / so).exists() for so in worktree.KERNELS)
     ):
         # editable: vllm/'s sources are live, and the release kernels are in place
         print(
@@ -131,8 +131,11 @@ def build(reinstall: bool = False, ws: Workspace | None = None) -> None:
         return
     wheel = fetch.fetch(pin.package, pin.wheel)
     ok_t, tv = host.probe("import torch, triton; print(torch.__version__, triton.__version__)")
-    if ok_t:
+    if ok_t and tv.split()[-1] == pin.triton:
         print(f"build: torch/triton present ({tv})")
+    elif ok_t:  # the pin moved to a release whose torch brings another Triton
+        print(f"build: torch/triton present ({tv}); Triton {pin.triton} for the pin")
+        pip("install", "-q", f"triton=={pin.triton}")
     else:
         pip("install", "-q", *torch_spec(pin, ws))
     pip("install", "-q", "-r", str(vdir / "requirements" / "common.txt"))
@@ -143,6 +146,10 @@ def build(reinstall: bool = False, ws: Workspace | None = None) -> None:
         # setuptools-scm would call a patched tree "0.21.1.devN"; the release it is built
         # on is the honest version, and the summary lists the patches on top.
         "SETUPTOOLS_SCM_PRETEND_VERSION": pin.version,
+        # and without a "+cpu" suffix on a CPU-only host: from v0.24.0 vLLM reads its own
+        # version and, finding "cpu" there, swaps Triton for its placeholder (v0.34.0's
+        # setup.py takes the version as it is from VLLM_VERSION_OVERRIDE)
+        "VLLM_VERSION_OVERRIDE": pin.version,
     }
     cmd = [
         sys.executable,

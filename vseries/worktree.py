@@ -7,7 +7,14 @@ from vseries import git
 from vseries import pin as pinmod
 from vseries.workspace import Workspace
 
-KERNELS = ("_C.abi3.so", "_moe_C.abi3.so", "_C_stable_libtorch.abi3.so", "cumem_allocator.abi3.so")
+# the release kernels: v0.21.0's names, and v0.34.0's (the stable-ABI builds)
+KERNELS = (
+    "_C.abi3.so",
+    "_moe_C.abi3.so",
+    "_C_stable_libtorch.abi3.so",
+    "_moe_C_stable_libtorch.abi3.so",
+    "cumem_allocator.abi3.so",
+)
 
 
 def base_tree(ws: Workspace) -> Path:
