@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Table and plot of ``bench_moe_layer.py`` runs: base against the series, run by run.
+
+Each run of a tree gives one median per row (shape, scales, M, variant); runs of the two trees
+alternate (base, series, base, series, ...), and a pair is one base run and the series run
+after it. Per row: the median over runs of each tree's time with its range (min-max of the
+runs' medians), the ratio base / series per pair (median and range), % of the read roofline
+(bytes / time / the read bandwidth measured in the same run), and, where the series tree also
+ran ``general`` (its TritonExperts alone: the series without its decode patch), that ratio too.
+
+    python benchmarks/moe_layer_report.py --base raw/.../moe_layer-base-*.json \\
+        --series raw/.../moe_layer-series-*.json --out benchmarks/results/moe_layer_v0.34.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
+KEY = ("shape", "dtype", "m")
+
+
+def load_runs(paths: list[str]) -> list[dict[tuple, dict]]:
+    """One dict per run file: (shape, scales, M, variant) -> row (rows with a time only), in
+    the order of the sorted file names: name the base and series files of a pair alike
+    (``moe_layer-<tree>-r<round>-call<n>.json``) so that they pair up."""
+    runs = []
+    for p in sorted(paths):
+        _, rows = harness.load(p)
+        runs.append({(r["shape"], r["dtype"], r["m"], r["variant"]): r for r in rows if r["us"]})
+    return runs
+
+
+def spread(values: list[float], fmt: str = "{:.1f}") -> str:
+    if not values:
+        return "-"
+    med = statistics.median(values)
+    return f"{fmt.format(med)} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+
+def table(base: list[dict], series: list[dict]) -> tuple[str, list[dict]]:
+    keys = sorted({k[:3] for run in series for k in run}, key=lambda k: (k[0], k[1], k[2]))
+    pairs = list(zip(base, series, strict=False))
+    lines = [
+        "| shape | scales | M | v0.34.0 us | series us | series / v0.34.0 speed-up | "
+        "% roofline v0.34.0 -> series | speed-up of the decode patch (vs series' general) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    points = []
+    for shape, dtype, m in keys:
+        b = [
+            r[(shape, dtype, m, "default")]["us"] for r in base if (shape, dtype, m, "default") in r
+        ]
+        s = [
+            r[(shape, dtype, m, "default")]["us"]
+            for r in series
+            if (shape, dtype, m, "default") in r
+        ]
+        ratio = [
+            pb[(shape, dtype, m, "default")]["us"] / ps[(shape, dtype, m, "default")]["us"]
+            for pb, ps in pairs
+            if (shape, dtype, m, "default") in pb and (shape, dtype, m, "default") in ps
+        ]
+        dec = [
+            r[(shape, dtype, m, "general")]["us"] / r[(shape, dtype, m, "default")]["us"]
+            for r in series
+            if (shape, dtype, m, "general") in r and (shape, dtype, m, "default") in r
+        ]
+        rb = [
+            r[(shape, dtype, m, "default")]["roofline_pct"]
+            for r in base
+            if (shape, dtype, m, "default") in r
+        ]
+        rs = [
+            r[(shape, dtype, m, "default")]["roofline_pct"]
+            for r in series
+            if (shape, dtype, m, "default") in r
+        ]
+        roof = f"{statistics.median(rb):.0f}% -> {statistics.median(rs):.0f}%" if rb and rs else "-"
+        lines.append(
+            f"| {shape} | {dtype} | {m} | {spread(b)} | {spread(s)} | "
+            f"{spread(ratio, '{:.2f}x')} | {roof} | {spread(dec, '{:.2f}x')} |"
+        )
+        points.append(
+            {
+                "shape": shape, "dtype": dtype, "m": m,
+                "ratio": statistics.median(ratio) if ratio else None,
+                "roof_base": statistics.median(rb) if rb else None,
+                "roof_series": statistics.median(rs) if rs else None,
+            }
+        )  # fmt: skip
+    return "\n".join(lines), points
+
+
+def plot(points: list[dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shapes = sorted({p["shape"] for p in points})
+    fig, axes = plt.subplots(1, len(shapes), figsize=(5 * len(shapes), 3.8), squeeze=False)
+    for ax, shape in zip(axes[0], shapes, strict=True):
+        for dtype, style in (("static", "-"), ("dynamic", "--")):
+            pts = [p for p in points if p["shape"] == shape and p["dtype"] == dtype]
+            ms = [p["m"] for p in pts]
+            ax.plot(ms, [p["roof_base"] for p in pts], "o" + style, color="grey",
+                    label=f"v0.34.0, {dtype}")  # fmt: skip
+            ax.plot(ms, [p["roof_series"] for p in pts], "o" + style, color="tab:blue",
+                    label=f"series, {dtype}")  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.set_title(shape)
+        ax.set_xlabel("tokens (M)")
+        ax.set_ylabel("% of the read roofline")
+        ax.set_ylim(0, 100)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("Per-tensor FP8 MoE layer (TRITON backend), H200: v0.34.0 vs the series")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--base", nargs="+", required=True)
+    ap.add_argument("--series", nargs="+", required=True)
+    ap.add_argument("--out", required=True, help="path without suffix: .md and .png are written")
+    ap.add_argument("--command", default="", help="the H200 command that made the runs")
+    a = ap.parse_args()
+    base, series = load_runs(a.base), load_runs(a.series)
+    head, _ = harness.load(sorted(a.series)[0])
+    text, points = table(base, series)
+    bw = head.get("read_bandwidth_Bps") or 0
+    md = (
+        f"# FP8 MoE layer on v0.34.0: the series against v0.34.0\n\n"
+        f"{len(base)} runs of v0.34.0 and {len(series)} of the series, alternating, one H200 "
+        f"({head.get('gpu')}, clocks {head.get('clocks')}), torch {head.get('torch')}, Triton "
+        f"{head.get('triton')}; read bandwidth {bw / 1e12:.2f} TB/s measured in the same run. "
+        "The layer as vLLM's FP8 oracle builds it for its TRITON backend (the modular kernel: "
+        "prepare, experts, finalize), per-tensor FP8 weights, static or dynamic per-tensor "
+        "activation scales; CUDA-graph replay with 8 routings cycled; median over the runs of "
+        "each run's median, range = min-max over runs; speed-up per pair of runs.\n\n"
+        f"{text}\n\n![plot]({Path(a.out).name}.png)\n\n"
+        f"Made by: `{a.command or 'see benchmarks/results/README.md'}`; table: "
+        f"`python benchmarks/moe_layer_report.py --base {' '.join(a.base)} --series "
+        f"{' '.join(a.series)} --out {a.out}`\n"
+    )
+    Path(a.out + ".md").write_text(md)
+    plot(points, Path(a.out + ".png"))
+    print(a.out + ".md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
