@@ -241,14 +241,21 @@ def test_moe_decode_report_of_a_series_run_alone(tmp_path):
 
 
 def test_warmup_enumeration_measures_the_series_walk_on_cpu(tmp_path):
-    """benchmarks/warmup_enumeration.py times patch 0004's variant walk with the installed
-    (series) vLLM on a mocked H200, writes a harness file, and renders it; the walk finds
+    """benchmarks/warmup_enumeration.py times the v0.21.0 line's patch 0004 variant walk (its
+    tree: the main line's or a kept line's) on a mocked H200, writes a harness file, and renders it; the walk finds
     the swapped decode variant and the large-batch one, so more than one variant."""
+    walk = "vllm/model_executor/warmup/fused_moe_warmup.py"  # the v0.21.0 line's patch 4
+    trees = [ROOT / "vllm", *sorted((ROOT / ".vseries" / "lines").glob("*/vllm"))]
+    tree = next((t for t in trees if (t / walk).exists()), None)
+    if tree is None:
+        pytest.skip(f"no line of the series is set up with {walk} (scripts/setup.sh)")
     out = tmp_path / "w.json"
     cmd = [sys.executable, str(BENCH / "warmup_enumeration.py"), "--variant", "series",
            "--out", str(out), "--shapes", "qwen3-30b-a3b", "--max-tokens", "64", "1024",
            "--reps", "2"]  # fmt: skip
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    if tree != ROOT / "vllm":  # a kept line's tree (the main line's series moved it onto the
+        env["PYTHONPATH"] = str(tree)  # JIT warm-up framework)
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     head, rows = harness.load(out)
