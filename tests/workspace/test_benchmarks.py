@@ -242,7 +242,8 @@ def test_moe_decode_report_of_a_series_run_alone(tmp_path):
 
 def test_warmup_enumeration_measures_the_series_walk_on_cpu(tmp_path):
     """benchmarks/warmup_enumeration.py times the v0.21.0 line's patch 0004 variant walk (its
-    tree: the main line's or a kept line's) on a mocked H200, writes a harness file, and renders it; the walk finds
+    tree: the main line's or a kept line's) on a mocked H200, writes a harness file, and
+    renders it; the walk finds
     the swapped decode variant and the large-batch one, so more than one variant."""
     walk = "vllm/model_executor/warmup/fused_moe_warmup.py"  # the v0.21.0 line's patch 4
     trees = [ROOT / "vllm", *sorted((ROOT / ".vseries" / "lines").glob("*/vllm"))]
