@@ -90,11 +90,13 @@ def _plain(v):
     return str(v)
 
 
-def spec(key: str) -> str:
+def spec(key) -> str:
     """The specialisation part of Triton's cache key (argument types, specialised integer
     properties, constexpr values), without the compile options it ends with (``key =
-    str(specialization) + str(options)``, triton/runtime/jit.py ``compute_cache_key``);
-    at most 2000 characters."""
+    str(specialization) + str(options)``, triton/runtime/jit.py ``compute_cache_key``;
+    Triton 3.8 passes the hooks a tuple whose first item is that string); at most 2000
+    characters."""
+    key = str(key[0] if isinstance(key, tuple) and key else key)
     m = re.search(r"[A-Za-z]+Options\(", key)
     return (key[: m.start()] if m else key)[:2000]
 
@@ -130,7 +132,7 @@ def make_hooks(path: str, prev_pre=None, prev_post=None):
                 "rank": _rank(),
                 "kernel": getattr(fn, "name", None),
                 "module": getattr(fn, "module", None),
-                "spec": spec(str(kw.get("key"))),
+                "spec": spec(kw.get("key")),
                 "constants": {str(k): _plain(v) for k, v in consts.items()},
                 "num_warps": comp.get("num_warps"),
                 "num_stages": comp.get("num_stages"),
