@@ -315,6 +315,22 @@ def test_derived_config_of_vllms_own_hooks(v0_21_0_hooks):
     assert derived["repos"][0]["hooks"] == [] and "no .pre-commit-config.yaml" in not_run[0][1]
 
 
+def test_frozen_revs_are_read_from_their_comment(v0_21_0_hooks):
+    """vLLM v0.34.0 freezes every hook repository's rev to a commit (``rev: <sha>  # frozen:
+    v0.17.2``): the PyPI version comes from the comment; a bare commit is not run, saying so."""
+    cfg = v0_21_0_hooks / ".pre-commit-config.yaml"
+    text = cfg.read_text()
+    sha = "f368fb366ff7f2f808dd324b83a6d32267799e19"
+    cfg.write_text(text.replace("rev: v0.14.0", f"rev: {sha}  # frozen: v0.17.2", 1))
+    derived, _ = prs.derive_config(v0_21_0_hooks, ["vllm/envs.py"])
+    hooks = {h["id"]: h for h in derived["repos"][0]["hooks"]}
+    assert hooks["ruff-check"]["additional_dependencies"] == ["ruff==0.17.2"]
+    cfg.write_text(text.replace("rev: v0.14.0", f"rev: {sha}", 1))
+    derived, not_run = prs.derive_config(v0_21_0_hooks, ["vllm/envs.py"])
+    assert "ruff-check" not in {h["id"] for h in derived["repos"][0]["hooks"]}
+    assert any(h == "ruff-check" and "frozen" in why for h, why in not_run)
+
+
 # --- push ----------------------------------------------------------------------------------------
 
 

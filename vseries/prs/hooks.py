@@ -133,10 +133,12 @@ def derive_config(tree: Path, files: list[str]) -> tuple[dict, list[list[str]]]:
             ["(all)", "the base has no .pre-commit-config.yaml"]
         ]
     try:
-        config = yaml.safe_load(src.read_text())
+        text = src.read_text()
+        config = yaml.safe_load(text)
     except (OSError, yaml.YAMLError) as e:
         raise SeriesError(f"cannot read vLLM's pre-commit config {src}: {e}") from None
     hooks, not_run = [], []
+    frozen = frozen_versions(text)
     for repo in config.get("repos", []):
         url = repo["repo"].removesuffix(".git")
         for hook in repo.get("hooks", []):
@@ -161,18 +163,43 @@ def derive_config(tree: Path, files: list[str]) -> tuple[dict, list[list[str]]]:
                         "GitHub and has no PyPI equivalent here",
                     ]
                 )
+            elif url != "local" and not _version(repo["rev"], frozen):
+                not_run.append(
+                    [
+                        hook["id"],
+                        f"its rev {repo['rev']} is a commit with no '# frozen: <version>' "
+                        "comment, so its PyPI version is unknown",
+                    ]
+                )
             elif hook["id"] in LOCAL_OFFLINE:
                 not_run.append([hook["id"], LOCAL_OFFLINE[hook["id"]]])
             else:
                 if url != "local":
                     full["additional_dependencies"] = [
-                        f"{project}=={repo['rev'].removeprefix('v')}",
+                        f"{project}=={_version(repo['rev'], frozen)}",
                         *hook.get("additional_dependencies", []),
                     ]
                 hooks.append(full)
     derived = {k: v for k, v in config.items() if k in ("default_stages", "exclude", "files")}
     derived["repos"] = [{"repo": "local", "hooks": hooks}]
     return derived, not_run
+
+
+FROZEN = re.compile(r"^\s*rev:\s*['\"]?([0-9a-f]{40})['\"]?\s*#\s*frozen:\s*v?(\S+)", re.M)
+
+
+def frozen_versions(text: str) -> dict[str, str]:
+    """{commit: version} of the revs ``pre-commit autoupdate --freeze`` wrote (``rev: <sha>  #
+    frozen: v0.17.2``: v0.34.0's config pins every hook repository that way)."""
+    return {m.group(1): m.group(2) for m in FROZEN.finditer(text)}
+
+
+def _version(rev: str, frozen: dict[str, str]) -> str | None:
+    """The PyPI version of a hook repository's rev: a tag (v0.14.0 -> 0.14.0), or a frozen
+    commit's version; None for a commit without one."""
+    if re.fullmatch(r"[0-9a-f]{40}", rev):
+        return frozen.get(rev)
+    return rev.removeprefix("v")
 
 
 def run_hooks(
