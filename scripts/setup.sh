@@ -54,5 +54,6 @@ if [ -z "$line" ]; then
     tag=$(basename "$(dirname "$pin")")
     VSERIES_LINE=$tag python -m vseries materialise
     VSERIES_LINE=$tag python -m vseries apply "${force[@]}"
+    VSERIES_LINE=$tag python -m vseries build --line-requirements
   done
 fi

@@ -171,7 +171,40 @@ def build(reinstall: bool = False, ws: Workspace | None = None) -> None:
     summary(pin, vdir)
 
 
+def line_requirements(ws: Workspace) -> list[str]:
+    """For a kept line's tree (imported from PYTHONPATH by its contract tier): install the
+    packages of its ``requirements/common.txt`` that this environment lacks (by distribution
+    name; an installed one is never changed, the main line's versions win). Returns the
+    requirement lines installed."""
+    import importlib.metadata
+
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    missing = []
+    for raw in (ws.vllm / "requirements" / "common.txt").read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None and not req.marker.evaluate():
+            continue
+        try:
+            importlib.metadata.version(req.name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(line)
+    if missing:
+        print(f"build{ws.label}: installing what the line needs and this venv lacks: {missing}")
+        pip("install", "-q", *missing)
+    return missing
+
+
 def main(args) -> int:
+    if args.line_requirements:
+        line_requirements(Workspace.current())
+        return 0
     if args.summary_only:
         ws = Workspace.current()
         summary(pinmod.load(ws.pin_file), ws.vllm)
@@ -190,4 +223,10 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--summary-only", action="store_true", help="print the summary only")
     p.add_argument("--reinstall", action="store_true", help="run pip install -e again")
+    p.add_argument(
+        "--line-requirements",
+        action="store_true",
+        help="for a kept line (VSERIES_LINE): install the packages its tree needs that this "
+        "venv lacks, changing none (scripts/setup.sh runs it for every kept line)",
+    )
     p.set_defaults(func=main)
