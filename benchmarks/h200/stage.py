@@ -18,6 +18,7 @@ Usage:
            [--wheels DIR] --out .gpu [--attention] [--deepgemm]
 Each --src NAME=DIR becomes /root/vllm-NAME on the host, every one with the release kernels.
 """
+
 import argparse
 import gzip
 import io
@@ -27,42 +28,67 @@ import shutil
 import sys
 import tarfile
 import zipfile
+from pathlib import Path
 
 PART = 56 * 1024 * 1024
 # the top-level kernels; the attention and DeepGEMM ones only when asked for
 TOP_SO = re.compile(r"^vllm/[^/]+\.so$")
 SKIP_SO = ("vllm/_flashmla_C.abi3.so", "vllm/_flashmla_extension_C.abi3.so")
-ATTN_SO = ["vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so", "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so",
-           "vllm/_flashmla_C.abi3.so", "vllm/_flashmla_extension_C.abi3.so"]
+ATTN_SO = [
+    "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so",
+    "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so",
+    "vllm/_flashmla_C.abi3.so",
+    "vllm/_flashmla_extension_C.abi3.so",
+]
 DG_SO = ["vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so"]
+
+
+def _keep(ti):
+    """Tar filter: no caches or git data, no kernels (they come from the wheel), no large
+    built files (v0.34.0's vllm-rs binary, which an editable install copies into the tree)."""
+    parts = ti.name.split("/")
+    if "__pycache__" in parts or ".git" in parts or ti.name.endswith(".so"):
+        return None
+    return None if ti.size > 4 * 2**20 else ti
 
 
 def pack_src(src):
     buf = io.BytesIO()
-    skip = ("__pycache__", ".git")
     with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=6) as tar:
         for top in ("vllm", "tests", "pyproject.toml", "setup.py"):
             p = os.path.join(src, top)
             if os.path.exists(p):
-                # kernels come from the wheel; large built files (v0.34.0's vllm-rs binary,
-                # which an editable install copies into the tree) are not needed
-                tar.add(p, arcname=top, filter=lambda ti: None if (
-                    any(s in ti.name.split("/") for s in skip) or ti.name.endswith(".so")
-                    or ti.size > 4 * 2**20) else ti)
+                tar.add(p, arcname=top, filter=_keep)
     return buf.getvalue()
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--src", required=True, action="append", metavar="NAME=DIR",
-                    help="a vLLM checkout holding vllm/ and tests/; repeat for base and patched")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--src",
+        required=True,
+        action="append",
+        metavar="NAME=DIR",
+        help="a vLLM checkout holding vllm/ and tests/; repeat for base and patched",
+    )
     ap.add_argument("--wheel", required=True, help="the vLLM release wheel of the pinned version")
-    ap.add_argument("--wheels", help="folder of extra cp312 wheels for the host (see device-wheels.txt)")
+    ap.add_argument(
+        "--wheels", help="folder of extra cp312 wheels for the host (see device-wheels.txt)"
+    )
     ap.add_argument("--out", required=True, help="output folder, ignored by git, e.g. .gpu")
-    ap.add_argument("--attention", action="store_true", help="also ship flash-attn/flashmla kernels (for serving)")
+    ap.add_argument(
+        "--attention",
+        action="store_true",
+        help="also ship flash-attn/flashmla kernels (for serving)",
+    )
     ap.add_argument("--deepgemm", action="store_true", help="also ship DeepGEMM")
-    ap.add_argument("--sources-only", action="store_true",
-                    help="write only the source trees, as part OUT/ps, to re-send after a change")
+    ap.add_argument(
+        "--sources-only",
+        action="store_true",
+        help="write only the source trees, as part OUT/ps, to re-send after a change",
+    )
     a = ap.parse_args()
 
     blobs = []
@@ -76,9 +102,11 @@ def main():
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
         for name, data in blobs:
-            open(os.path.join(d, name), "wb").write(data)
-        print(f"ps: {sum(len(b) for _, b in blobs) / 2**20:5.1f} MiB; send it like the other parts, "
-              "then run assemble.sh again")
+            Path(d, name).write_bytes(data)
+        print(
+            f"ps: {sum(len(b) for _, b in blobs) / 2**20:5.1f} MiB; send it like the other parts, "
+            "then run assemble.sh again"
+        )
         return
     with zipfile.ZipFile(a.wheel) as z:
         have = set(z.namelist())
@@ -90,8 +118,11 @@ def main():
             if n not in have:
                 sys.exit(f"stage: {n} is not in {a.wheel}")
             blobs.append((n.replace("/", "__") + ".gz", gzip.compress(z.read(n), compresslevel=6)))
-        version = next(n.split("/")[0][len("vllm-"):-len(".dist-info")] for n in have
-                       if n.endswith(".dist-info/METADATA"))
+        version = next(
+            n.split("/")[0][len("vllm-") : -len(".dist-info")]
+            for n in have
+            if n.endswith(".dist-info/METADATA")
+        )
         # Files the build puts into the wheel beside the kernels (vllm/_version.py, the Python
         # sides of vllm_flash_attn and flashmla, deep_gemm's headers, ...). An editable install
         # copies them into its tree, a plain checkout of the pin lacks them, and without them
@@ -110,7 +141,7 @@ def main():
     if a.wheels:
         for w in sorted(os.listdir(a.wheels)):
             if w.endswith(".whl"):
-                blobs.append((w, open(os.path.join(a.wheels, w), "rb").read()))
+                blobs.append((w, Path(a.wheels, w).read_bytes()))
 
     # first-fit into parts; a blob larger than a part is split into numbered pieces
     pieces = []
@@ -119,7 +150,7 @@ def main():
             pieces.append((name, data))
         else:
             for i in range(0, len(data), PART):
-                pieces.append((f"{name}.piece{i // PART:02d}", data[i:i + PART]))
+                pieces.append((f"{name}.piece{i // PART:02d}", data[i : i + PART]))
     parts = []
     for name, data in sorted(pieces, key=lambda p: -len(p[1])):
         for part in parts:
@@ -136,14 +167,16 @@ def main():
         d = os.path.join(a.out, f"p{i}")
         os.makedirs(d)
         for name, data in part["files"]:
-            open(os.path.join(d, name), "wb").write(data)
+            Path(d, name).write_bytes(data)
     here = os.path.dirname(os.path.abspath(__file__))
     shutil.copy(os.path.join(here, "assemble.sh"), os.path.join(a.out, "p1", "assemble.sh"))
-    open(os.path.join(a.out, "p1", "VERSION"), "w").write(version + "\n")
+    Path(a.out, "p1", "VERSION").write_text(version + "\n")
     for i, part in enumerate(parts, 1):
         print(f"p{i}: {part['size'] / 2**20:5.1f} MiB  {', '.join(n for n, _ in part['files'])}")
-    print(f"{len(parts)} parts; send each as {a.out}/pK and run "
-          f"'mkdir -p /root/stage && cp -r {a.out}/pK /root/stage/' on the host")
+    print(
+        f"{len(parts)} parts; send each as {a.out}/pK and run "
+        f"'mkdir -p /root/stage && cp -r {a.out}/pK /root/stage/' on the host"
+    )
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ then launches ``fused_moe_kernel`` twice among other kernels. Run from the works
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 
@@ -80,8 +81,10 @@ def _triton_backend_kernel(device, s1, s2):
     qu = importlib.import_module("vllm.model_executor.layers.quantization.utils.quant_utils")
 
     fields = {f.name for f in dataclasses.fields(config.FusedMoEConfig)}
-    inter = "intermediate_size" if "intermediate_size" in fields else (
-        "intermediate_size_per_partition"
+    inter = (
+        "intermediate_size"
+        if "intermediate_size" in fields
+        else ("intermediate_size_per_partition")
     )
     moe_config = config.FusedMoEConfig(
         num_experts=E,
@@ -109,9 +112,7 @@ def _triton_backend_kernel(device, s1, s2):
             mk.FusedMoEActivationFormat.Standard,
         )[0]
     )
-    qc = config.fp8_w8a8_moe_quant_config(
-        w1_scale=s1, w2_scale=s2, a1_scale=None, a2_scale=None
-    )
+    qc = config.fp8_w8a8_moe_quant_config(w1_scale=s1, w2_scale=s2, a1_scale=None, a2_scale=None)
     kernel = fp8.make_fp8_moe_kernel(qc, moe_config, experts_cls, fp8.Fp8MoeBackend.TRITON)
     return kernel, act.MoEActivation.SILU
 
@@ -145,10 +146,8 @@ def test_one_token_layer_is_two_triton_kernels(monkeypatch, mock_sm90):
         "vllm.model_executor.layers.fused_moe.experts.triton_fp8_decode_moe",
         "vllm.model_executor.layers.fused_moe.prepare_finalize.no_dp_ep",
     ):
-        try:
+        with contextlib.suppress(ImportError):
             importlib.import_module(name)
-        except ImportError:
-            pass
     fake = mock_sm90()
     # H200 runs FP8 (v0.34.0's TritonExperts asks before taking FP8 layers)
     monkeypatch.setattr(type(fake), "supports_fp8", classmethod(lambda cls: True))

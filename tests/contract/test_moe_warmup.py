@@ -58,9 +58,7 @@ FUSED_MOE = "vllm.model_executor.layers.fused_moe.fused_moe"
 # (kernel id, [(module, kernel, batch-size args)] in release order: the first that imports)
 BATCH_ARGS = {
     "fused_moe_kernel-EM": [(FUSED_MOE, "fused_moe_kernel", ["EM"])],
-    "fused_moe_kernel-num_valid_tokens": [
-        (FUSED_MOE, "fused_moe_kernel", ["num_valid_tokens"])
-    ],
+    "fused_moe_kernel-num_valid_tokens": [(FUSED_MOE, "fused_moe_kernel", ["num_valid_tokens"])],
     "_compute_slot_mapping_kernel-num_tokens": [
         ("vllm.v1.worker.block_table", "_compute_slot_mapping_kernel", ["num_tokens"]),
         # v0.34.0: no batch-size integer (see the module docstring)
@@ -317,7 +315,7 @@ def test_ptx_unchanged_without_batch_hints(m, mock_sm90):
         )  # fmt: skip
     fm.get_moe_configs.cache_clear()
     (launch,) = launches
-    bound = dict(zip([p.name for p in kernel.params], launch.args)) | launch.kwargs
+    bound = dict(zip([p.name for p in kernel.params], launch.args, strict=False)) | launch.kwargs
     assert bound["EM"] % 16 == 0 and bound["num_valid_tokens"] % 16 == 0, bound["EM"]
     shipped = recompile.ptx_code(recompile.ptx(kernel, launch))
     specialised = recompile.ptx_code(recompile.ptx(triton.jit(kernel.fn), launch))
