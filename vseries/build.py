@@ -59,10 +59,17 @@ def summary(pin: pinmod.Pin, vdir: Path) -> None:
     ok_v, version = host.probe(
         "import vllm, os; print(vllm.__version__, os.path.dirname(vllm.__file__))"
     )
-    ok_k, kern = host.probe("import vllm._C, vllm._moe_C; print('loaded')")
+    # the release's kernel modules by name (v0.21.0: _C, _moe_C; v0.34.0: their stable-ABI
+    # builds), whichever the tree holds
+    names = [
+        "vllm." + so.split(".")[0]
+        for so in worktree.KERNELS
+        if so.startswith("_") and (vdir / "vllm" / so).exists()
+    ] or ["vllm._C"]
+    ok_k, kern = host.probe(f"import {', '.join(names)}; print('loaded')")
     torch_v = host.probe("import torch; print(torch.__version__)")[1]
     if ok_k:
-        kernels = "release kernels load (vllm._C, vllm._moe_C)"
+        kernels = f"release kernels load ({', '.join(names)})"
     elif "libcuda.so" in kern:
         kernels = (
             "release kernels are installed but cannot load here: no NVIDIA driver "
