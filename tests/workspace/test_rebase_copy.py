@@ -71,11 +71,6 @@ def next_release(pristine, version: str) -> bytes:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    reason="fails since the move to v0.34.0 (CI-style run of d803ad6, 2026-12-03); cause not "
-    "found in session 14: see docs/STATUS.md",
-    strict=False,
-)
 def test_rebased_copy_passes_the_fast_tier(tmp_path, pristine, pin, index, monkeypatch):
     """Copy, rebase onto the next patch release, fast tier in the copy. About 2-4 minutes
     on a 2-core host (the fast tier once more)."""
