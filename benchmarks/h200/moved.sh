@@ -9,6 +9,8 @@
 #   bench  benchmarks/bench_moe_layer.py (the FP8 MoE layer as the TRITON backend builds it),
 #          trees alternating base, series, base, series ... (ROUNDS, default 2)
 #   vllm   vLLM's tests of the touched areas, base vs series (tests/upstream.toml, sharded)
+#   warmup the warm-up's GPU test alone; epnan the expert-parallel NaN test and ep_nan.py on
+#          both trees; wheel the patched release wheel's GPU checks (parts w1..wN)
 # Trees: /root/vllm-base (plain pin) and /root/vllm-series (vllm/ with the series). Each step
 # has its own timeout and the whole call ends within BUDGET seconds (default 560).
 # Results and logs in $OUT (one tarball, one log).
@@ -82,6 +84,44 @@ PY
             --variant "$t" --out "$R/moe_layer-$t-r$r.json" "${bench_args[@]}"
         done
       done
+      ;;
+    warmup)
+      # the warm-up's GPU test alone (its failure names each recompile's binding difference)
+      run_in series 150 python3 -m pytest -q -p no:cacheprovider -rf \
+        tests/kernels/moe/test_fused_moe_jit_warmup.py -k no_compile_after_warmup \
+        --junitxml "$R/warmup-series.xml"
+      ;;
+    epnan)
+      # the expert-parallel NaN: its vLLM test on both trees (base: the series' copy of it),
+      # then benchmarks/h200/ep_nan.py per tree (numerics and the layer's time)
+      t=tests/kernels/moe/test_fused_moe_ep_dynamic_scale.py
+      cp "/root/vllm-series/$t" "/root/vllm-base/$t"
+      for tr in series base; do
+        run_in "$tr" 150 python3 -m pytest -q -p no:cacheprovider -rf "$t" \
+          --junitxml "$R/epnan-test-$tr.xml"
+        run_ws "$tr" 150 python3 benchmarks/h200/ep_nan.py --variant "$tr" --time \
+          --out "$R/ep_nan-$tr.json"
+      done
+      run_ws series 30 python3 benchmarks/h200/ep_nan.py --compare "$R/ep_nan-base.json" \
+        "$R/ep_nan-series.json"
+      ;;
+    wheel)
+      # the patched release wheel (scripts/wheel.sh, staged as WHEEL_PARTS pieces) installed
+      # alone into /root/wsite; the contracts' GPU parts and the decode tests import it
+      pieces=(/root/stage/w*/*.whl.piece*)
+      whl=/tmp/$(basename "${pieces[0]}" .piece00)
+      cat "${pieces[@]}" >"$whl"
+      echo "wheel: $whl $(sha256sum "$whl" | cut -c1-16)"
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /root/wsite "$whl"
+      mkdir -p /root/wtests && cp -r /root/vllm-series/tests /root/wtests/ 2>/dev/null
+      (cd "$ws" && PYTHONPATH="/root/wsite:$SITE:$ws" timeout 150 python3 -P -c \
+        'import vllm, sys; print("vllm from", vllm.__file__, vllm.__version__)')
+      (cd "$ws" && PYTHONPATH="/root/wsite:$SITE:$ws" timeout 150 python3 -P -m pytest -q \
+        -p no:cacheprovider -m contract -rA tests/contract -k "cuda or gpu" \
+        --junitxml "$R/contract-gpu-wheel.xml") || echo "!!! wheel contracts"
+      (cd /root/wtests && PYTHONPATH="/root/wsite:$SITE" timeout 200 python3 -m pytest -q \
+        -p no:cacheprovider tests/kernels/moe/test_fused_moe_fp8_decode.py -k modular_kernel_path \
+        --junitxml "$R/decode-wheel.xml") || echo "!!! wheel decode tests"
       ;;
     vllm)
       only=() && for o in ${UPSTREAM_ONLY:-}; do only+=(--only "$o"); done
