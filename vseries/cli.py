@@ -10,10 +10,10 @@ import argparse
 import os
 import sys
 
-from vseries import apply, build, contract, materialise, prs, rebase, refresh, testrun
+from vseries import apply, build, contract, materialise, prs, rebase, refresh, testrun, wheel
 from vseries.errors import SeriesError
 
-VERBS = (materialise, apply, refresh, build, contract, testrun, rebase, prs)
+VERBS = (materialise, apply, refresh, build, contract, testrun, rebase, prs, wheel)
 
 
 class Parser(argparse.ArgumentParser):

@@ -134,6 +134,17 @@ def run(
     return r.out[:-1] if r.out.endswith("\n") else r.out
 
 
+def blob(repo: Path, rev: str, path: str) -> bytes | None:
+    """The bytes of ``path`` at ``rev`` exactly as committed (no newline translation), or None
+    when ``rev`` has no such file."""
+    p = subprocess.run(
+        ["git", "-C", str(repo), *STABLE, "cat-file", "blob", f"{rev}:{path}"],
+        capture_output=True,
+        env={**os.environ, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0"},
+    )
+    return p.stdout if p.returncode == 0 else None
+
+
 def ok(repo: Path, *args: str) -> bool:
     """True when ``git -C repo <args>`` exits 0."""
     return call(repo, *args).ok

@@ -11,7 +11,7 @@ from conftest import ROOT, script_env
 
 from vseries import cli
 
-VERBS = ["apply", "refresh", "build", "rebase", "prs", "test"]
+VERBS = ["apply", "refresh", "build", "rebase", "prs", "test", "wheel"]
 
 
 @pytest.mark.parametrize("verb", VERBS)
