@@ -108,8 +108,8 @@ PY
     wheel)
       # the patched release wheel (scripts/wheel.sh, staged as WHEEL_PARTS pieces) installed
       # alone into /root/wsite; the contracts' GPU parts and the decode tests import it
-      pieces=(/root/stage/w*/*.whl.piece*)
-      whl=/tmp/$(basename "${pieces[0]}" .piece00)
+      pieces=(/root/stage/w*/patched.whl.piece*)
+      whl=/tmp/$(cat /root/stage/w1/NAME)
       cat "${pieces[@]}" >"$whl"
       echo "wheel: $whl $(sha256sum "$whl" | cut -c1-16)"
       python3 -m pip install -q --no-index --no-deps --no-compile --target /root/wsite "$whl"
