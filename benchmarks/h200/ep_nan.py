@@ -238,11 +238,13 @@ def main() -> int:
         p.error("--out FILE is needed (or --compare)")
     from vllm.config import VllmConfig, set_current_vllm_config
 
+    head = harness.header(BENCH, args.variant, None)
     with set_current_vllm_config(VllmConfig()):
         rows = numerics(args.variant)
+        harness.write(args.out, head, rows)  # kept should the timing not finish
         if args.time:
             rows += timings(args.variant)
-    harness.write(args.out, harness.header(BENCH, args.variant, None), rows)
+            harness.write(args.out, head, rows)
     print(table([(args.variant, [r.as_dict() for r in rows])]))
     bad = [r for r in rows if r.extra.get("nan") or (r.extra.get("err") or 0) >= 0.06]
     print(f"{len(bad)} of {sum('err' in r.extra for r in rows)} cases NaN or >= 0.06 off")
