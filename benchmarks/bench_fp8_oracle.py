@@ -42,8 +42,8 @@ batch is not retried at the larger ones.
 Run from inside a staged tree (one invocation emits rows for every backend; --variant labels
 the tree), about 1.5-2.5 minutes on an H200, most of it Triton compiles on a cold cache:
 
-    cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched \\
-        python3 <workspace>/benchmarks/bench_fp8_oracle.py --variant patched --out fp8_oracle.json
+    cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched:<ws> \\
+        python3 -m benchmarks.bench_fp8_oracle --variant patched --out fp8_oracle.json
 """
 
 from __future__ import annotations
@@ -56,12 +56,10 @@ import time
 import traceback
 import types
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from benchmarks import harness
 
 DECODE_BATCHES = harness.DECODE_BATCHES
 PREFILL_BATCHES = (512, 2048, 8192)

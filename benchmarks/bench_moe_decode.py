@@ -43,8 +43,8 @@ the decode path (M <= 16): max |out - ref| / max |ref| against a float32 referen
 dequantised FP8 weights with the activations quantised as the path does, and against
 ``decode_off``. Kernels per call at one token: CUDA kernels in one profiled graph replay.
 
-    cd /root/vllm-<tree> && PYTHONPATH=/root/site:/root/vllm-<tree> \\
-        python3 bench_moe_decode.py --variant <tree> --out bench_moe_decode-<tree>.json
+    cd /root/vllm-<tree> && PYTHONPATH=/root/site:/root/vllm-<tree>:<ws> \\
+        python3 -m benchmarks.bench_moe_decode --variant <tree> --out bench_moe_decode-<tree>.json
 
 About 2-4 minutes per tree on an H200 (most of it Triton compiles).
 """
@@ -54,13 +54,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from benchmarks import harness
 
 FP8 = torch.float8_e4m3fn
 SCALES = ("static", "dynamic")
@@ -235,7 +232,7 @@ class Case:
         """moe_decode_fused.py's one persistent launch with ``grid`` programs (``prefetch``:
         GEMM2's weights into L2 before each item's wait, "early" before GEMM1, or "none"),
         on routing k."""
-        import moe_decode_fused
+        from benchmarks import moe_decode_fused
 
         w1, w2, s1, s2 = self.layer
         x, (tw, ti) = self.xs[k], self.routings[k]

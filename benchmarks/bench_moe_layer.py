@@ -19,8 +19,8 @@ distinct experts each routing touches, read bandwidth measured in the same run. 
 max |out - ref| / max |ref| against a float32 reference on the dequantised FP8 weights with
 the activations quantised per tensor as vLLM does (``bench_moe_decode.reference``).
 
-    cd /root/vllm-<tree> && PYTHONPATH=/root/site:/root/vllm-<tree> \\
-        python3 <ws>/benchmarks/bench_moe_layer.py --variant <tree> --out moe_layer-<tree>.json
+    cd /root/vllm-<tree> && PYTHONPATH=/root/site:/root/vllm-<tree>:<ws> \\
+        python3 -m benchmarks.bench_moe_layer --variant <tree> --out moe_layer-<tree>.json
 """
 
 from __future__ import annotations
@@ -29,13 +29,11 @@ import argparse
 import dataclasses
 import sys
 from functools import partial
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
-from bench_moe_decode import make_layer, reference, rel_err  # noqa: E402
+from benchmarks import harness
+from benchmarks.bench_moe_decode import make_layer, reference, rel_err
 
 BATCHES = (1, 2, 3, 4, 8, 16, 64)
 SCALES = ("static", "dynamic")

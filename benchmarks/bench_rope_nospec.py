@@ -4,8 +4,8 @@ Runs vLLM's ``fused_inv_rope_fp8_quant`` (DeepSeek-V4 inverse RoPE + UE8M0 FP8 q
 SM90 FP32 scale layout) in one tree, in a fresh process with an empty TRITON_CACHE_DIR, so
 every variant the tree needs is compiled for real. Run it once per tree, from inside it:
 
-    cd /root/vllm-base && PYTHONPATH=/root/site:/root/vllm-base \\
-        python3 <workspace>/benchmarks/bench_rope_nospec.py --variant base --out base.json \\
+    cd /root/vllm-base && PYTHONPATH=/root/site:/root/vllm-base:<ws> \\
+        python3 -m benchmarks.bench_rope_nospec --variant base --out base.json \\
         --dump base.pt
 
 Rows (``benchmarks/harness.py``'s result file; shape = the row kind, m = token count T):
@@ -38,16 +38,10 @@ atexit.register(shutil.rmtree, os.environ["TRITON_CACHE_DIR"], ignore_errors=Tru
 import argparse  # noqa: E402
 import importlib  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
-
-# vseries (the workspace's package) sits next to benchmarks/. Appended, never prepended: the
-# workspace root may hold a vllm/ checkout that must not shadow the tree under test.
-sys.path.append(str(Path(__file__).resolve().parents[1]))
+from benchmarks import harness  # noqa: E402
 from vseries.lab.recompile import (  # noqa: E402
     ROPE_KERNEL,
     ROPE_MODULE,

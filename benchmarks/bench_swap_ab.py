@@ -5,10 +5,10 @@ Times `fused_experts` (activation quantisation, alignment, both fused_moe_kernel
 activation and the top-k reduction; routing excluded: top-k ids and weights are precomputed) for
 three model shapes, two dtypes and batch sizes 1..4096, once per staged tree:
 
-    cd /root/vllm-base && PYTHONPATH=/root/site:/root/vllm-base \\
-        python3 bench_swap_ab.py --variant base --out $OUT/swap_ab_base.json
-    cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched \\
-        python3 bench_swap_ab.py --variant patched --out $OUT/swap_ab_patched.json
+    cd /root/vllm-base && PYTHONPATH=/root/site:/root/vllm-base:<ws> \\
+        python3 -m benchmarks.bench_swap_ab --variant base --out $OUT/swap_ab_base.json
+    cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched:<ws> \\
+        python3 -m benchmarks.bench_swap_ab --variant patched --out $OUT/swap_ab_patched.json
 
 Method (``benchmarks/harness.py``, shared by every benchmark): every batch is timed under
 CUDA-graph replay with ``--routing-sets`` routings of different experts captured in one graph
@@ -39,12 +39,10 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from benchmarks import harness
 
 SHAPES = harness.MOE_SHAPES
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 256, 1024, 4096]

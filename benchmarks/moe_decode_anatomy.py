@@ -21,8 +21,9 @@ from HBM) and with one routing replayed (``hot``: weights in L2). A least-square
 and the streaming rate (GB/s), which the read bandwidth measured in the same run puts in
 proportion. Bytes: the weights of the distinct experts each routing selects.
 
-    cd /root/vllm-series && PYTHONPATH=/root/site:/root/vllm-series \\
-        python3 moe_decode_anatomy.py --variant series --out moe_decode_anatomy-series.json
+    cd /root/vllm-series && PYTHONPATH=/root/site:/root/vllm-series:<ws> \\
+        python3 -m benchmarks.moe_decode_anatomy --variant series \\
+        --out moe_decode_anatomy-series.json
 
 About a minute on an H200 (most of it Triton compiles). Needs a tree with patch 0005.
 """
@@ -31,10 +32,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from benchmarks import harness
 
 BENCH = "moe-decode-anatomy"
 SHAPES = ("qwen3-30b-a3b", "dsv3-tp8")

@@ -10,14 +10,10 @@ inside the functions.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-# vseries sits next to benchmarks/; appended, never prepended (see bench_rope_nospec.py).
-sys.path.append(str(Path(__file__).resolve().parents[1]))
-from vseries.lab.platform import mock_h200  # noqa: E402, F401  (the contract tests' stand-in)
+from vseries.lab.platform import mock_h200  # noqa: F401  (the contract tests' stand-in)
 
 
 def fused_moe_config(e: int, topk: int, hidden: int, inter: int, max_num_tokens: int = 8192):

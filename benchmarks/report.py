@@ -14,12 +14,10 @@ Writes NAME.md (with the commands and hardware that produced the figures) and NA
 """
 
 import argparse
-import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from benchmarks import harness
 
 
 def load(files: list[Path]) -> tuple[list[dict], list[dict]]:

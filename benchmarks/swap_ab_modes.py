@@ -17,8 +17,8 @@ Timing and result file are ``benchmarks/harness.py``'s: CUDA-graph replay with 4
 cycled inside the graph, median and range in us; rows (variants stock, stock_swapped,
 best_swapped, or rule) with roofline %.
 
-    cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched \\
-        python3 <workspace>/benchmarks/swap_ab_modes.py --out swap_ab_modes.json
+    cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched:<ws> \\
+        python3 -m benchmarks.swap_ab_modes --out swap_ab_modes.json
 
 Exit 2 without CUDA or on a tree without the swap-AB patch.
 """
@@ -28,16 +28,14 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_swap_ab as bench  # noqa: E402
-import harness  # noqa: E402
-import tune_swap_ab as tune  # noqa: E402
+from benchmarks import bench_swap_ab as bench
+from benchmarks import harness
+from benchmarks import tune_swap_ab as tune
 
 MODES = ("fp8_block", "fp8_per_token", "int8_per_token")
 BATCHES = (1, 4, 16, 64)

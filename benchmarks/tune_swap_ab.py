@@ -24,8 +24,8 @@ the decode-relevant axes (BLOCK_SIZE_M 16, BLOCK_SIZE_N, BLOCK_SIZE_K, num_stage
 harness's: CUDA-graph replay of the layer with --routing-sets routings of different experts
 cycled inside the graph, so that small batches do not find their weights in L2; median in us.
 
-    cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched \\
-        python3 <workspace>/benchmarks/tune_swap_ab.py --out tune.json --configs-out cfg/
+    cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched:<ws> \\
+        python3 -m benchmarks.tune_swap_ab --out tune.json --configs-out cfg/
 
 About 4 minutes on an H200, most of it Triton compiles. Exit 2 without CUDA or on a tree
 without the swap-AB patch.
@@ -43,9 +43,8 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_swap_ab as bench  # noqa: E402  (same folder: the layer's weights and quant config)
-import harness  # noqa: E402
+from benchmarks import bench_swap_ab as bench  # the layer's weights and quant config
+from benchmarks import harness
 
 TUNE_SHAPES = ("qwen3-30b-a3b", "dsv3-tp8")
 BATCHES = (1, 2, 4, 8, 16, 32, 64)

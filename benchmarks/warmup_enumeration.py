@@ -29,9 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
-import moe_layer  # noqa: E402
+from benchmarks import harness, moe_layer
 
 MAX_TOKENS = (8192, 16384, 40960, 131072)
 

@@ -93,7 +93,7 @@ for t in "${trees[@]}"; do
 done
 
 layers=() && [ -n "${LAYERS:-}" ] && layers=(--layers "$LAYERS")
-"$PY" benchmarks/e2e/models.py --out "$E2E/models" --arch "$MODEL" --flavour "$FLAVOUR" "${layers[@]}" \
+"$PY" -m benchmarks.e2e.models --out "$E2E/models" --arch "$MODEL" --flavour "$FLAVOUR" "${layers[@]}" \
   >"$R/models.txt" 2>"$R/models-err.txt" || { echo "!!! models.py failed: $(tail -1 "$R/models-err.txt")"; exit 1; }
 model_dir=$(tail -1 "$R/models.txt")
 
@@ -111,10 +111,10 @@ for f in ${RESUME:-}; do args+=(--resume "$f"); done
 read -ra extra <<<"${EXTRA:-}"
 budget=${BUDGET:-$((${LIMIT:-570} - (SECONDS - t0) - 45))}
 echo "=== e2e: $MODEL $FLAVOUR ${LAYERS:-default depth}, trees ${trees[*]}, budget ${budget} s"
-timeout $((budget + 30)) "$PY" benchmarks/e2e/serve.py "${args[@]}" --budget-s "$budget" "${extra[@]}" \
+timeout $((budget + 30)) "$PY" -m benchmarks.e2e.serve "${args[@]}" --budget-s "$budget" "${extra[@]}" \
   || echo "!!! serve.py exited $?"
 cp "$E2E/results.jsonl" "$R/results.jsonl" 2>/dev/null || true
 if [ -s "$R/results.jsonl" ]; then
-  timeout 20 "$PY" benchmarks/e2e/report.py "$R/results.jsonl" --ref "${trees[0]}" --out "$R/e2e.md" \
+  timeout 20 "$PY" -m benchmarks.e2e.report "$R/results.jsonl" --ref "${trees[0]}" --out "$R/e2e.md" \
     || echo "!!! report failed"
 fi

@@ -21,10 +21,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the e2e package importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from e2e import results  # noqa: E402
+from benchmarks.e2e import results
 
 # (field of the vLLM result, label, higher is better)
 SERVE_METRICS = [

@@ -40,10 +40,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the e2e package importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from e2e import logparse, models, results, schedule, servers  # noqa: E402
+from benchmarks.e2e import logparse, models, results, schedule, servers
 
 HERE = Path(__file__).resolve().parent
 RESERVE_S = 30.0  # kept for stopping servers and flushing, on top of every estimate

@@ -10,10 +10,9 @@ import sys
 import pytest
 from conftest import ROOT
 
+from benchmarks import harness, report
+
 BENCH = ROOT / "benchmarks"
-sys.path.insert(0, str(BENCH))
-import harness  # noqa: E402
-import report  # noqa: E402
 
 SCRIPTS = ["bench_swap_ab.py", "bench_fp8_oracle.py", "bench_rope_nospec.py", "tune_swap_ab.py"]
 SCRIPTS += ["swap_ab_modes.py", "bench_moe_decode.py", "moe_decode_anatomy.py"]
@@ -30,8 +29,7 @@ def result_file(path, variant: str, us: float) -> None:
 
 
 def test_the_harness_imports_without_torch():
-    code = f"import sys; sys.path.insert(0, {str(BENCH)!r}); import harness; "
-    code += "print('torch' in sys.modules)"
+    code = "import sys; import benchmarks.harness; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr
 
@@ -149,8 +147,7 @@ def test_moe_decode_report_shows_where_the_time_goes(tmp_path):
         dict(head, variant="series"),
         rows({"default": 21.0, "decode_off": 29.0}, series_k),
     )
-    sys.path.insert(0, str(BENCH))
-    import moe_decode_report
+    from benchmarks import moe_decode_report
 
     argv = [
         "moe_decode_report.py",
@@ -216,8 +213,7 @@ def test_moe_decode_report_of_a_series_run_alone(tmp_path):
         )
     ]  # fmt: skip
     harness.write(tmp_path / "s.json", dict(head, variant="series"), rows)
-    sys.path.insert(0, str(BENCH))
-    import moe_decode_report
+    from benchmarks import moe_decode_report
 
     def run(*files):
         argv = ["moe_decode_report.py", *map(str, files), "--out", str(tmp_path / "r")]
@@ -256,7 +252,9 @@ def test_warmup_enumeration_measures_the_series_walk_on_cpu(tmp_path):
            "--reps", "2"]  # fmt: skip
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     if tree != ROOT / "vllm":  # a kept line's tree (the main line's series moved it onto the
-        env["PYTHONPATH"] = str(tree)  # JIT warm-up framework)
+        # JIT warm-up framework); the workspace first: a vLLM checkout has a benchmarks package
+        # of its own, and the workspace's vllm/ folder (no __init__.py) yields to the tree's
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(tree)])
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     head, rows = harness.load(out)
@@ -278,7 +276,7 @@ def test_warmup_enumeration_measures_the_series_walk_on_cpu(tmp_path):
 def test_moe_decode_anatomy_fits_fixed_cost_and_rate():
     """The anatomy benchmark grows one kernel's K with its grid fixed and fits
     us = fixed + MB / rate per (shape, scale kind, kernel, routing)."""
-    import moe_decode_anatomy as anat
+    from benchmarks import moe_decode_anatomy as anat
 
     qwen3 = harness.MOE_SHAPES["qwen3-30b-a3b"]
     # w13 grows the hidden size (its K), w2 the intermediate size; the other one stays
@@ -306,7 +304,7 @@ def test_moe_decode_anatomy_fits_fixed_cost_and_rate():
 def test_moe_decode_report_anatomy_table():
     """The report's anatomy section: one row per fit, the rate also as % of the read
     bandwidth measured in the same run, HBM and L2 rows named as such."""
-    import moe_decode_report
+    from benchmarks import moe_decode_report
 
     head = {
         "read_bandwidth_Bps": 4.0e12,
@@ -356,8 +354,7 @@ def test_fp8_oracle_labels_flashinfer_without_its_autotune():
     """bench_fp8_oracle.py --no-autotune times FlashInfer at its default tactics (vLLM
     v0.21.0 at -O2) under a label of its own, so that report.py can set it beside the autotuned
     run of another process; the other backends keep their labels."""
-    sys.path.insert(0, str(BENCH))
-    import bench_fp8_oracle as b
+    from benchmarks import bench_fp8_oracle as b
 
     assert b.row_label("flashinfer_cutlass", "patched") == "flashinfer_cutlass"
     assert b.row_label("flashinfer_cutlass", "patched", autotune=False) == (

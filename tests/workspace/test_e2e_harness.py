@@ -27,11 +27,10 @@ from pathlib import Path
 import pytest
 from conftest import git, make_patch
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks.e2e import compile_hook, logparse, models, report, results, schedule, servers
+from benchmarks.e2e import serve as runner
 
-from e2e import compile_hook, logparse, models, report, results, schedule, servers  # noqa: E402
-from e2e import serve as runner  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _source_of(tag: str) -> tuple[Path, str] | None:
@@ -185,7 +184,7 @@ def test_model_dir_loads_with_transformers(model_dir, tmp_path, tok_json):
 
 
 def test_trees_from_the_series(tiny, tmp_path):
-    from e2e import trees
+    from benchmarks.e2e import trees
 
     vdir = tiny / "vllm"
     p1 = make_patch(vdir, tiny / "patches", lambda r: (r / "b.py").write_text("x = 2\n"), "[P] one")
@@ -234,8 +233,7 @@ def test_trees_from_the_series(tiny, tmp_path):
 
 
 def test_trees_refuse_a_patch_that_does_not_apply(tiny):
-    from e2e import trees
-
+    from benchmarks.e2e import trees
     from vseries.errors import SeriesError
 
     vdir = tiny / "vllm"
