@@ -20,12 +20,6 @@ it runs in (``--variant`` names it). Variants per row:
 - ``in_kernel`` (dynamic scales, M in ``--sweep-batches``): the decode path with the dynamic
   scale always found in GEMM1, whatever ``_IN_KERNEL_SCALE_MAX_ELEMS`` says; with
   ``prequant`` beside it, the two sides of that threshold at each shape and batch;
-- ``one_kernel``, ``one_kernel_1x``, ``one_kernel_early``, ``one_kernel_nopf``
-  (``--one-kernel``, M in ``--sweep-batches``): the experimental one-launch persistent kernel
-  of ``moe_decode_fused.py`` (not in any patch) with 2 and 1 programs per SM prefetching each
-  GEMM2 tile's weights into L2 before its wait, 2 per SM prefetching all of them before GEMM1
-  (``early``), and 2 without the prefetch; the heuristic's config: the candidate for the 55%
-  goal (issue 13);
 - ``l2_hot`` (M in ``--sweep-batches``): ``default`` with one routing repeated, so that its
   experts' weights stay in L2: the floor of the path when HBM bandwidth is not the limit.
   Its roofline % is not one (the bytes do not come from HBM).
@@ -64,7 +58,7 @@ SCALES = ("static", "dynamic")
 SWEEP_BATCHES = (1, 4, 16)  # default --sweep-batches: cfg:/prequant variants (device time)
 # variants profiled per kernel at --breakdown-batches (a profiler start per row costs time)
 BREAKDOWN_VARIANTS = {
-    "default", "decode_off", "cfg:heuristic", "prequant", "in_kernel", "one_kernel",
+    "default", "decode_off", "cfg:heuristic", "prequant", "in_kernel",
 }  # fmt: skip
 
 
@@ -228,20 +222,6 @@ class Case:
 
         return run
 
-    def one_kernel(self, k: int, cfg: dict, grid: int, prefetch: str = "item"):
-        """moe_decode_fused.py's one persistent launch with ``grid`` programs (``prefetch``:
-        GEMM2's weights into L2 before each item's wait, "early" before GEMM1, or "none"),
-        on routing k."""
-        from benchmarks import moe_decode_fused
-
-        w1, w2, s1, s2 = self.layer
-        x, (tw, ti) = self.xs[k], self.routings[k]
-        out = self.outs[k]
-        return lambda: moe_decode_fused.fused_moe_fp8_decode_one_kernel(
-            x, w1, w2, s1, s2, tw, ti, self.a1, self.a2, out, grid=grid, config=cfg,
-            prefetch=prefetch,
-        )  # fmt: skip
-
     def prequant(self, k: int):
         """vLLM's dynamic per-tensor quantisation kernel, then the decode kernels."""
         from vllm import _custom_ops as ops
@@ -266,7 +246,6 @@ def measure(
     kernels: dict,
     breakdown: tuple[int, ...] = (),
     breakdown_all: bool = False,
-    one_kernel: bool = False,
 ) -> list:
     """Every variant of one case: rows with time, range, bytes and roofline, and at the
     batches in ``breakdown`` the time per kernel (``kernels_us``, ``harness.kernel_times``)
@@ -325,29 +304,6 @@ def measure(
     if case.scale == "dynamic":
         add("prequant", [case.prequant(k) for k in range(n)])
         add("in_kernel", [case.in_kernel(k) for k in range(n)])
-    variants = (
-        ("one_kernel", 2, "item"),
-        ("one_kernel_1x", 1, "item"),
-        ("one_kernel_early", 2, "early"),
-        ("one_kernel_nopf", 2, "none"),
-    )
-    for name, per_sm, prefetch in variants if one_kernel else ():
-        try:
-            grid = per_sm * num_sms
-            case.direct(0, base_cfg)()
-            two = case.outs[0].clone()
-            case.one_kernel(0, base_cfg, grid, prefetch)()
-            same = bool(torch.equal(case.outs[0], two))  # the same tiles, sums and order
-            diff = round(rel_err(case.outs[0], two.float()), 6)
-            add(
-                name,
-                [case.one_kernel(k, base_cfg, grid, prefetch) for k in range(n)],
-                grid=grid,
-                equal_to_two_kernels=same,
-                rel_err_vs_two_kernels=diff,
-            )
-        except Exception as exc:  # experimental: say so, go on
-            print(f"{name} failed: {exc!r}", flush=True)
     # One routing n times: its experts' weights stay in L2 after the first call, so the
     # time is the path's floor when HBM is not the limit (launches, latency chains, tails).
     add("l2_hot", [case.fused(0)] * n)
@@ -369,11 +325,6 @@ def main() -> int:
     ap.add_argument(
         "--breakdown-batches", nargs="*", type=int, default=[1],
         help="batches whose rows also get the time per kernel from a profiled replay",
-    )  # fmt: skip
-    ap.add_argument(
-        "--one-kernel", action="store_true",
-        help="also the experimental one-launch kernel (moe_decode_fused.py) at --sweep-batches; "
-        "run it in its own invocation: a grid that is not all resident would spin",
     )  # fmt: skip
     ap.add_argument(
         "--breakdown-all", action="store_true",
@@ -398,7 +349,7 @@ def main() -> int:
                 case = Case(shape, scale, m, topk, h, i, layer, seed=1000 * si + m)
                 rows += measure(
                     case, sweep, bw, num_sms, kernels, tuple(args.breakdown_batches),
-                    args.breakdown_all, args.one_kernel,
+                    args.breakdown_all,
                 )  # fmt: skip
                 harness.write(args.out, dict(head, kernels_per_call_m1=kernels), rows)
     harness.write(args.out, dict(head, kernels_per_call_m1=kernels), rows)
