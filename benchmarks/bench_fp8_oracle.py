@@ -60,6 +60,7 @@ from dataclasses import dataclass
 import torch
 
 from benchmarks import harness
+from vseries import results
 
 DECODE_BATCHES = harness.DECODE_BATCHES
 PREFILL_BATCHES = (512, 2048, 8192)
@@ -358,7 +359,7 @@ def bench_shape(
     bw: float,
     variants: tuple[str, ...] = VARIANTS,
     autotune: bool = True,
-) -> list[harness.Row]:
+) -> list[results.Row]:
     """All rows of one shape: every variant at every batch, with their numerics fields (bw:
     read bandwidth, bytes/s); ``autotune`` False: FlashInfer's default tactics."""
     gen = torch.Generator(device="cuda").manual_seed(SEED)
@@ -416,7 +417,7 @@ def bench_shape(
             }
             if variant in failed:
                 rows.append(
-                    harness.failed(
+                    results.failed(
                         "fp8-oracle", shape.name, dtype, m, label, failed[variant], **extra
                     )
                 )
@@ -435,14 +436,14 @@ def bench_shape(
                 torch.cuda.synchronize()
                 t = harness.time_graph(calls)
                 extra.update(timing="graph", tflops=flops / (t.us * 1e-6) / 1e12)
-                row = harness.Row(
+                row = results.Row(
                     "fp8-oracle", shape.name, dtype, m, label, t.us, t.us_min, t.us_max,
                     int(nbytes), harness.roofline_pct(nbytes, t.us, bw), extra,
                 )  # fmt: skip
             except Exception as e:
                 failed[variant] = f"{type(e).__name__}: {e}"
                 traceback.print_exc()
-                row = harness.failed("fp8-oracle", shape.name, dtype, m, label, e, **extra)
+                row = results.failed("fp8-oracle", shape.name, dtype, m, label, e, **extra)
             rows.append(row)
             log(f"  M={m:5d} {variant:16s} {row.us or float('nan'):10.1f} us")
     del layer, kernels
@@ -487,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if not torch.cuda.is_available():
         error = "CUDA is not available: this benchmark needs an NVIDIA GPU"
-        harness.write(args.out, harness.header("fp8-oracle", args.variant, None, error=error), [])
+        results.write(args.out, harness.header("fp8-oracle", args.variant, None, error=error), [])
         print(error, file=sys.stderr)
         return 2
 
@@ -500,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     head = harness.header("fp8-oracle", args.variant, bw, vllm_file=vllm.__file__, **about)
     log(f"read bandwidth {bw / 1e12:.2f} TB/s on {head['gpu']}")
 
-    rows: list[harness.Row] = []
+    rows: list[results.Row] = []
     init_workspace_manager(torch.device("cuda:0"))
     with set_current_vllm_config(VllmConfig()):
         for key in args.shapes:
@@ -514,10 +515,10 @@ def main(argv: list[str] | None = None) -> int:
                 tuple(args.variants),
                 autotune=not args.no_autotune,
             )
-            harness.write(args.out, head, rows)  # partial results survive a later failure
+            results.write(args.out, head, rows)  # partial results survive a later failure
 
     head["wall_s"] = time.monotonic() - t0
-    harness.write(args.out, head, rows)
+    results.write(args.out, head, rows)
     log(f"wrote {args.out}")
     bad = [r for r in rows if "error" in r.extra or r.extra.get("numerics_ok") is False]
     return 1 if bad else 0

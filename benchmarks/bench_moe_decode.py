@@ -52,6 +52,7 @@ import os
 import torch
 
 from benchmarks import harness
+from vseries import results
 
 FP8 = torch.float8_e4m3fn
 SCALES = ("static", "dynamic")
@@ -258,7 +259,7 @@ def measure(
         t = harness.time_graph(calls)
         if case.m in breakdown and (breakdown_all or variant in BREAKDOWN_VARIANTS):
             extra = dict(extra, kernels_us=harness.kernel_times(calls, reps=1))
-        row = harness.Row(
+        row = results.Row(
             "moe-decode", case.shape, f"fp8_per_tensor_{case.scale}", case.m, variant,
             round(t.us, 2), round(t.us_min, 2), round(t.us_max, 2), int(case.nbytes),
             round(harness.roofline_pct(case.nbytes, t.us, bw), 1), extra,
@@ -337,7 +338,7 @@ def main() -> int:
     bw = harness.read_bandwidth()
     print(f"read bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     head = harness.header("moe-decode", args.variant, bw, decode_path=fd is not None)
-    rows: list[harness.Row] = []
+    rows: list[results.Row] = []
     kernels: dict[str, int] = {}
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
 
@@ -351,8 +352,8 @@ def main() -> int:
                     case, sweep, bw, num_sms, kernels, tuple(args.breakdown_batches),
                     args.breakdown_all,
                 )  # fmt: skip
-                harness.write(args.out, dict(head, kernels_per_call_m1=kernels), rows)
-    harness.write(args.out, dict(head, kernels_per_call_m1=kernels), rows)
+                results.write(args.out, dict(head, kernels_per_call_m1=kernels), rows)
+    results.write(args.out, dict(head, kernels_per_call_m1=kernels), rows)
     print("kernels per call at M=1:", kernels, flush=True)
     return 0
 

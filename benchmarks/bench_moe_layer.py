@@ -34,6 +34,7 @@ import torch
 
 from benchmarks import harness
 from benchmarks.bench_moe_decode import make_layer, reference, rel_err
+from vseries import results
 
 BATCHES = (1, 2, 3, 4, 8, 16, 64)
 SCALES = ("static", "dynamic")
@@ -123,7 +124,7 @@ def main() -> int:
     head = harness.header(
         "moe_layer", a.variant, bw, classes=[c.__name__ for c in classes], batches=a.batches
     )
-    rows: list[harness.Row] = []
+    rows: list[results.Row] = []
     for shape in a.shapes:
         e, topk, h, i = harness.MOE_SHAPES[shape]
         w1, w2, s1, s2 = make_layer(e, h, i, seed=1)
@@ -141,7 +142,7 @@ def main() -> int:
                 try:
                     kernel = build(cls, cfg, s1, s2, a1, a2)
                 except Exception as exc:  # one failing build must not lose the run
-                    rows.append(harness.failed("moe_layer", shape, scale, 0, name, exc))
+                    rows.append(results.failed("moe_layer", shape, scale, 0, name, exc))
                     continue
                 for m in a.batches:
                     try:
@@ -155,7 +156,7 @@ def main() -> int:
                         t = harness.time_graph([partial(call, *r) for r in rts], reps=a.reps)
                         nbytes = sum(harness.moe_bytes(r[1], h, i) for r in rts) // len(rts)
                         rows.append(
-                            harness.Row(
+                            results.Row(
                                 "moe_layer",
                                 shape,
                                 scale,
@@ -176,10 +177,10 @@ def main() -> int:
                             flush=True,
                         )
                     except Exception as exc:
-                        rows.append(harness.failed("moe_layer", shape, scale, m, name, exc))
+                        rows.append(results.failed("moe_layer", shape, scale, m, name, exc))
                         print(f"{shape} {scale} M={m} {name}: {exc}", flush=True)
-                    harness.write(a.out, head, rows)
-    harness.write(a.out, head, rows)
+                    results.write(a.out, head, rows)
+    results.write(a.out, head, rows)
     return 0
 
 

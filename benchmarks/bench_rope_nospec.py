@@ -42,6 +42,7 @@ import time  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks import harness  # noqa: E402
+from vseries import results  # noqa: E402
 from vseries.lab.recompile import (  # noqa: E402
     ROPE_KERNEL,
     ROPE_MODULE,
@@ -138,12 +139,12 @@ def main() -> int:
     # Reserve the largest call's memory once, so that first calls do not also pay cudaMalloc.
     torch.empty(bytes_moved(max(token_counts), heads, groups), dtype=torch.uint8, device="cuda")
     bw = harness.read_bandwidth()
-    rows: list[harness.Row] = []
+    rows: list[results.Row] = []
 
     def row(case: str, t: int, us: float, us_min=None, us_max=None, nbytes=0, pct=None, **extra):
         """A row of kind ``case`` (first_call, warm_call, steady) at T tokens."""
         rows.append(
-            harness.Row(
+            results.Row(
                 "rope-nospec",
                 case,
                 "bf16->fp8_e4m3",
@@ -222,7 +223,7 @@ def main() -> int:
         kernel_variants=len(compiles),
         compiles=[{"T": e.token_count, "ms": round(e.ms, 1)} for e in compiles],
     )
-    harness.write(args.out, head, rows)
+    results.write(args.out, head, rows)
     print(
         f"{ROPE_KERNEL}: {len(compiles)} variant(s) compiled, at T="
         f"{[e.token_count for e in compiles]}; wrote {args.out}"

@@ -34,6 +34,7 @@ import argparse
 import sys
 
 from benchmarks import harness
+from vseries import results
 
 BENCH = "moe-decode-anatomy"
 SHAPES = ("qwen3-30b-a3b", "dsv3-tp8")
@@ -74,7 +75,7 @@ def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 def fits(rows: list[dict]) -> list[dict]:
     """One fit per (shape, dtype, kernel, routing) of result rows (``Row.as_dict`` or
-    ``harness.load``: flattened, with ``kernel`` and ``routing``)."""
+    ``results.load``: flattened, with ``kernel`` and ``routing``)."""
     groups: dict[tuple, list[tuple[float, float]]] = {}
     for r in rows:
         if r.get("us") is None:
@@ -141,10 +142,10 @@ def measure(fd, shape_name: str, scale: str, kernel: str, factors, reps: int, bw
                 times = harness.kernel_times(cs, reps=reps)
                 us = next(t for name, t in times.items() if KERNELS[kernel] in name)
             except Exception as exc:  # one failing point does not lose the run
-                rows.append(harness.failed(BENCH, shape_name, dtype, 1, variant, exc, **extra))
+                rows.append(results.failed(BENCH, shape_name, dtype, 1, variant, exc, **extra))
                 continue
             rows.append(
-                harness.Row(
+                results.Row(
                     BENCH, shape_name, dtype, 1, variant, us, None, None, nbytes,
                     round(harness.roofline_pct(nbytes, us, bw), 1),
                     dict(extra, config=config, kernels_us=times),
@@ -181,14 +182,14 @@ def main() -> int:
     bw = harness.read_bandwidth()
     print(f"read bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     head = harness.header(BENCH, args.variant, bw)
-    rows: list[harness.Row] = []
+    rows: list[results.Row] = []
     for shape in args.shapes:
         for scale in args.scales:
             for kernel in KERNELS:
                 rows += measure(fd, shape, scale, kernel, args.factors, args.reps, bw)
-                harness.write(args.out, head, rows)
+                results.write(args.out, head, rows)
     head["fits"] = fits([r.as_dict() for r in rows])
-    harness.write(args.out, head, rows)
+    results.write(args.out, head, rows)
     for f in head["fits"]:
         print(f, flush=True)
     return 0

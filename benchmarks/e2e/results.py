@@ -6,49 +6,20 @@ phases, backend), ``probe`` (first vs again latency at unseen prompt lengths, on
 process), ``compiles`` (Triton compiles of one server process, before and after ready),
 ``session`` (the command line, host and settings of one runner call). Every record has a
 unique ``run_id``; files from several sessions merge by concatenating them (``cat a b >
-c``): ``load`` drops repeated ``run_id``s and a torn last line from a killed process.
+c``): ``load`` (``vseries.results.read_lines``) drops repeated ``run_id``s and a torn last
+line from a killed process; ``append`` is ``vseries.results.append_line``.
 
 Resume: a run is done when a ``serve``/``offline`` record with ``ok: true`` has its key
 (kind, model, tree, workload, concurrency, process, rep); ``probe`` records are keyed by
 (kind, model, tree, process).
 """
 
-import json
-import os
-from pathlib import Path
+from vseries.results import append_line as append
+from vseries.results import read_lines as load
+
+__all__ = ["RUN_KINDS", "append", "done_keys", "key", "load"]
 
 RUN_KINDS = ("serve", "offline")
-
-
-def append(path: Path, rec: dict) -> None:
-    """Append one record as a line and flush it to disk (a kill after this keeps it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps(rec, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def load(paths: list[Path]) -> list[dict]:
-    """Every record of the files, in order, each ``run_id`` once; unreadable lines skipped."""
-    out, seen = [], set()
-    for p in paths:
-        if not Path(p).exists():
-            continue
-        for line in Path(p).read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(rec, dict):
-                continue
-            rid = rec.get("run_id")
-            if rid is not None:
-                if rid in seen:
-                    continue
-                seen.add(rid)
-            out.append(rec)
-    return out
 
 
 def key(rec: dict) -> tuple:

@@ -11,6 +11,7 @@ import pytest
 from conftest import ROOT
 
 from benchmarks import harness, report
+from vseries import results
 
 BENCH = ROOT / "benchmarks"
 
@@ -20,12 +21,12 @@ SCRIPTS += ["swap_ab_modes.py", "bench_moe_decode.py", "moe_decode_anatomy.py"]
 
 def result_file(path, variant: str, us: float) -> None:
     rows = [
-        harness.Row("x", "qwen3-30b-a3b", "fp8", 1, variant, us, us - 1, us + 1, 1000, 40.0),
-        harness.Row("x", "qwen3-30b-a3b", "fp8", 4, variant, us * 2, us, us * 3, 2000, 41.0),
-        harness.failed("x", "qwen3-30b-a3b", "fp8", 16, variant, RuntimeError("out of memory")),
+        results.Row("x", "qwen3-30b-a3b", "fp8", 1, variant, us, us - 1, us + 1, 1000, 40.0),
+        results.Row("x", "qwen3-30b-a3b", "fp8", 4, variant, us * 2, us, us * 3, 2000, 41.0),
+        results.failed("x", "qwen3-30b-a3b", "fp8", 16, variant, RuntimeError("out of memory")),
     ]
     head = {"bench": "x", "variant": variant, "command": "bench", "gpu": "NVIDIA H200"}
-    harness.write(path, {**head, "read_bandwidth_Bps": 4.2e12}, rows)
+    results.write(path, {**head, "read_bandwidth_Bps": 4.2e12}, rows)
 
 
 def test_the_harness_imports_without_torch():
@@ -36,7 +37,7 @@ def test_the_harness_imports_without_torch():
 
 def test_load_reads_new_and_older_files_into_one_schema(tmp_path):
     result_file(tmp_path / "new.json", "base", 10.0)
-    head, rows = harness.load(tmp_path / "new.json")
+    head, rows = results.load(tmp_path / "new.json")
     assert head["bench"] == "x" and [r["m"] for r in rows] == [1, 4, 16]
     assert rows[2]["us"] is None and rows[2]["error"] == "RuntimeError: out of memory"
     old = {
@@ -47,14 +48,14 @@ def test_load_reads_new_and_older_files_into_one_schema(tmp_path):
         "rows": [{"case": "q", "dtype": "fp8", "batch": 8, "us": 5.0}],
     }
     (tmp_path / "old.json").write_text(json.dumps(old))
-    head, rows = harness.load(tmp_path / "old.json")
+    head, rows = results.load(tmp_path / "old.json")
     assert (head["gpu"], head["read_bandwidth_Bps"]) == ("NVIDIA H200", 4.2e12)
     assert rows == [
         {"shape": "q", "dtype": "fp8", "m": 8, "us": 5.0, "bench": "swap-ab", "variant": "base"}
     ]
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(ValueError, match="not a result file"):
-        harness.load(tmp_path / "bad.json")
+        results.load(tmp_path / "bad.json")
 
 
 def test_report_table_from_harness_files(tmp_path):
@@ -104,7 +105,7 @@ def test_moe_decode_report_shows_where_the_time_goes(tmp_path):
         for variant, us in variant_us.items():
             extra = {"kernels_us": kernels} if kernels and variant == "default" else {}
             out.append(
-                harness.Row(
+                results.Row(
                     "moe-decode",
                     "qwen3-30b-a3b",
                     "fp8_per_tensor_static",
@@ -141,8 +142,8 @@ def test_moe_decode_report_shows_where_the_time_goes(tmp_path):
         "span": 21.0,
         "gaps": 2.5,
     }
-    harness.write(tmp_path / "b.json", dict(head, variant="base"), rows({"default": 29.0}, base_k))
-    harness.write(
+    results.write(tmp_path / "b.json", dict(head, variant="base"), rows({"default": 29.0}, base_k))
+    results.write(
         tmp_path / "s.json",
         dict(head, variant="series"),
         rows({"default": 21.0, "decode_off": 29.0}, series_k),
@@ -174,8 +175,8 @@ def test_moe_decode_report_shows_where_the_time_goes(tmp_path):
     # the series' decode_off row has no profile: no line for it
     assert "| series | qwen3-30b-a3b | static | 1 | decode_off |" not in md
 
-    harness.write(tmp_path / "b.json", dict(head, variant="base"), rows({"default": 29.0}, None))
-    harness.write(
+    results.write(tmp_path / "b.json", dict(head, variant="base"), rows({"default": 29.0}, None))
+    results.write(
         tmp_path / "s.json",
         dict(head, variant="series"),
         rows({"default": 21.0, "decode_off": 29.0}, None),
@@ -202,7 +203,7 @@ def test_moe_decode_report_of_a_series_run_alone(tmp_path):
         "read_bandwidth_Bps": 4.31e12,
     }
     rows = [
-        harness.Row("moe-decode", "qwen3-30b-a3b", "fp8_per_tensor_static", m, v, us, us - 1,
+        results.Row("moe-decode", "qwen3-30b-a3b", "fp8_per_tensor_static", m, v, us, us - 1,
                     us + 1, 37756928, pct, {})
         for m, v, us, pct in (
             (1, "default", 21.8, 40.3),
@@ -212,7 +213,7 @@ def test_moe_decode_report_of_a_series_run_alone(tmp_path):
             (16, "decode_off", 124.3, 73.2),
         )
     ]  # fmt: skip
-    harness.write(tmp_path / "s.json", dict(head, variant="series"), rows)
+    results.write(tmp_path / "s.json", dict(head, variant="series"), rows)
     from benchmarks import moe_decode_report
 
     def run(*files):
@@ -257,7 +258,7 @@ def test_warmup_enumeration_measures_the_series_walk_on_cpu(tmp_path):
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(tree)])
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
-    head, rows = harness.load(out)
+    head, rows = results.load(out)
     assert head["bench"] == "warmup-enumeration" and "mocked SM90 H200" in head["host"]
     assert [r["m"] for r in rows] == [64, 1024]
     assert all(r["us_min"] <= r["us"] <= r["us_max"] for r in rows)

@@ -29,6 +29,7 @@ BASE = {
     "vseries.upstreamed",
     "vseries.am",
     "vseries.worktree",
+    "vseries.results",
 }
 # public functions of a verb that other verbs call (anything else across verbs is refused)
 VERB_API = {
