@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchmarks import gpu
 from vseries import results
 
 if TYPE_CHECKING:  # for the annotations only: the import stays free of torch
@@ -211,23 +212,6 @@ def _tree_info() -> dict[str, Any]:
     return {"path": str(root), "head": head}
 
 
-def gpu_clocks() -> str:
-    """nvidia-smi's SM/memory clocks, temperature and power, or "" when it is missing."""
-    try:
-        return subprocess.run(
-            [
-                "nvidia-smi",
-                "--query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw",
-                "--format=csv,noheader",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
 def header(bench: str, variant: str, bandwidth: float | None, **extra: Any) -> dict[str, Any]:
     """The result file's header (``vseries.results.header``: what ran, when, with which
     command) with where: the GPU and its clocks, torch, Triton, the tree, the read bandwidth."""
@@ -238,7 +222,7 @@ def header(bench: str, variant: str, bandwidth: float | None, **extra: Any) -> d
         bench,
         variant,
         gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else "",
-        clocks=gpu_clocks(),
+        clocks=gpu.clocks_line(),
         torch=torch.__version__,
         triton=triton.__version__,
         tree=_tree_info(),

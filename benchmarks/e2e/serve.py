@@ -40,6 +40,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+from benchmarks import gpu
 from benchmarks.e2e import logparse, models, results, schedule, servers
 
 HERE = Path(__file__).resolve().parent
@@ -305,7 +306,7 @@ class Ctx:
             ),
             self.manifest.get("max_model_len") or 0,
         )
-        self.gpus = a.gpus.split(",") if a.gpus else servers.gpu_list()
+        self.gpus = a.gpus.split(",") if a.gpus else gpu.visible()
         self.tp = a.tensor_parallel_size
         self.gpu_groups = servers.assign_gpus(len(self.trees), self.tp, self.gpus)
         kv_tokens = a.kv_tokens or max(
@@ -324,7 +325,7 @@ class Ctx:
             self.tp,
             self.gpus,
             self.kv_bytes,
-            servers.gpu_total_bytes() if not a.dry_run else servers.H200_BYTES,
+            gpu.total_bytes() if not a.dry_run else gpu.H200_BYTES,
         )
         self.quant_args = self.manifest.get("serve_args", ["--quantization", "fp8"])
         # (tree, workload, concurrency) -> observed req/s of this model, resumed records
@@ -909,12 +910,12 @@ class ProcessRun:
         n = int(argv[argv.index("--num-prompts") + 1])
         timeout = max(60.0, 4 * cost)
         timeout = min(timeout, max(10.0, self.budget.left() - STOP_S))
-        clocks_before = servers.gpu_clocks()
+        clocks_before = gpu.clocks()
         if ctx.a.bench_subprocess:
             reply = bench_subprocess(ctx, self.client, argv, timeout)
         else:
             reply = self.client.request({"cmd": "bench", "argv": argv}, timeout)
-        clocks_after = servers.gpu_clocks()
+        clocks_after = gpu.clocks()
         t_start, t_end = reply.get("t_start", time.time()), reply.get("t_end", time.time())
         self.phases[run.tree].append(
             (t_start, t_end, f"{run.workload} c={run.concurrency} rep {run.rep}")
@@ -1194,8 +1195,8 @@ def dry_run(ctx: Ctx) -> int:
         f"GPUs {ctx.gpus}, budget {a.budget_s:.0f} s; done already: {len(ctx.done)} keys"
     )
     print(
-        "nvidia-smi --query-gpu=index,clocks.sm,clocks.mem,temperature.gpu,power.draw "
-        "--format=csv,noheader,nounits   # before and after every run"
+        f"nvidia-smi --query-gpu={','.join(gpu.CLOCK_FIELDS)} --format=csv,noheader,nounits"
+        "   # before and after every run"
     )
     if a.offline_throughput:
         for w in dict.fromkeys(w for w, _ in a.cells):
@@ -1291,7 +1292,7 @@ def main(argv=None) -> int:
             "processes": a.processes,
             "budget_s": a.budget_s,
             "gpus": ctx.gpus,
-            "clocks": servers.gpu_clocks(),
+            "clocks": gpu.clocks(),
             "memory_plan": ctx.mem["text"],
             "server_cmd_example": ctx.server_cmd(a.port_base),
             "model_env": ctx.model_env,

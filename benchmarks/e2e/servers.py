@@ -22,8 +22,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+from benchmarks import gpu
+
 GIB = 1 << 30
-H200_BYTES = 143771 * (1 << 20)  # nvidia-smi memory.total of an H200 SXM (MiB)
 OVERHEAD_BYTES = 6 * GIB  # activations, CUDA graphs, CUDA context, workspaces (a guess)
 # Every server, whatever the model. Model-specific settings (VLLM_USE_DEEP_GEMM: 0 for the
 # per-tensor models, 1 for deepseek-v4) come from models.model_env via VSERIES_MODEL.json.
@@ -117,7 +118,7 @@ def memory_plan(
     tp: int,
     gpus: list[str],
     kv_bytes: int,
-    total_bytes: int = H200_BYTES,
+    total_bytes: int = gpu.H200_BYTES,
 ) -> dict:
     """Per-GPU memory plan of ``n_servers`` concurrent servers (bytes, GiB in the printout).
 
@@ -370,76 +371,3 @@ def group_alive(pgid: int) -> bool:
         if int(fields[2]) == pgid and fields[0] != "Z":
             return True
     return False
-
-
-def gpu_list() -> list[str]:
-    """Visible GPU indices: CUDA_VISIBLE_DEVICES when set, else nvidia-smi's, else ["0"]."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES"):
-        return [g for g in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if g]
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        ).stdout
-        ids = [x.strip() for x in out.splitlines() if x.strip()]
-        return ids or ["0"]
-    except (OSError, subprocess.TimeoutExpired):
-        return ["0"]
-
-
-def gpu_total_bytes() -> int:
-    """memory.total of the first GPU (bytes), or an H200's when nvidia-smi is not there."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        ).stdout.split()
-        return int(float(out[0])) * (1 << 20)
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        return H200_BYTES
-
-
-CLOCK_FIELDS = ("index", "clocks.sm", "clocks.mem", "temperature.gpu", "power.draw")
-
-
-def gpu_clocks() -> list[dict] | dict:
-    """Per GPU: SM and memory clock (MHz), temperature (C), power (W), from nvidia-smi;
-    {"error": ...} when it cannot be read."""
-    try:
-        p = subprocess.run(
-            [
-                "nvidia-smi",
-                f"--query-gpu={','.join(CLOCK_FIELDS)}",
-                "--format=csv,noheader,nounits",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return {"error": repr(e)}
-    if p.returncode != 0:
-        return {"error": (p.stdout + p.stderr).strip()[:300]}
-    return parse_clocks(p.stdout)
-
-
-def parse_clocks(text: str) -> list[dict]:
-    """Rows of ``nvidia-smi --query-gpu=index,clocks.sm,clocks.mem,temperature.gpu,power.draw
-    --format=csv,noheader,nounits`` as dicts of numbers (None for "[N/A]")."""
-    rows = []
-    for line in text.splitlines():
-        vals = [v.strip() for v in line.split(",")]
-        if len(vals) != len(CLOCK_FIELDS):
-            continue
-        row = {}
-        for k, v in zip(CLOCK_FIELDS, vals, strict=True):
-            try:
-                row[k.replace(".", "_")] = float(v)
-            except ValueError:
-                row[k.replace(".", "_")] = None
-        rows.append(row)
-    return rows

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 from conftest import git, make_patch
 
+from benchmarks import gpu
 from benchmarks.e2e import compile_hook, logparse, models, report, results, schedule, servers
 from benchmarks.e2e import serve as runner
 
@@ -779,7 +780,7 @@ def test_memory_plan_and_commands(tmp_path):
     two = servers.memory_plan(q, 2, 1, ["0"], kv)
     assert two["fits"] and two["share"] == 0.45 and two["servers_per_gpu"] == 2
     # the share passes vLLM's free-memory check however far the other server has got
-    assert two["per_server_bytes"] <= two["share"] * servers.H200_BYTES
+    assert two["per_server_bytes"] <= two["share"] * gpu.H200_BYTES
     assert not servers.memory_plan(q, 4, 1, ["0"], kv)["fits"]
     half = models.model_config("qwen3-30b-a3b", "fp8static", 24)
     assert servers.memory_plan(half, 4, 1, ["0"], servers.kv_cache_bytes(half, 36000))["fits"]
@@ -830,7 +831,7 @@ def test_memory_plan_and_commands(tmp_path):
     assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1" and env["NVSHMEM_DISABLE_NVLS"] == "1"
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and env["VLLM_USE_FLASHINFER_MOE_FP8"] == "0"
     assert env["VSERIES_COMPILE_LOG_DIR"] == str(tmp_path / "c")
-    rows = servers.parse_clocks("0, 1980, 3201, 41, 120.52\n1, [N/A], 3201, 40, 95.1\n")
+    rows = gpu.parse_clocks("0, 1980, 3201, 41, 120.52\n1, [N/A], 3201, 40, 95.1\n")
     assert rows[0] == {
         "index": 0.0,
         "clocks_sm": 1980.0,
