@@ -59,7 +59,7 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmarks import harness
+from benchmarks import harness, shapes
 from vseries import results
 
 DECODE_BATCHES = harness.DECODE_BATCHES
@@ -92,8 +92,8 @@ class Shape:
 
 
 SHAPES = {
-    "qwen3-30b-a3b": Shape("Qwen3-30B-A3B", *harness.MOE_SHAPES["qwen3-30b-a3b"]),
-    "mixtral-8x7b": Shape("Mixtral-8x7B", *harness.MOE_SHAPES["mixtral-8x7b"]),
+    name: Shape(shapes.get(name).title, *shapes.get(name).moe)
+    for name in ("qwen3-30b-a3b", "mixtral-8x7b")
 }
 
 VARIANTS = ("triton", "flashinfer_cutlass", "vllm_cutlass")

@@ -51,7 +51,7 @@ import os
 
 import torch
 
-from benchmarks import harness
+from benchmarks import harness, shapes
 from vseries import results
 
 FP8 = torch.float8_e4m3fn
@@ -315,7 +315,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--variant", required=True, help="name of the tree, e.g. base or series")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--shapes", nargs="*", default=list(harness.MOE_SHAPES))
+    ap.add_argument("--shapes", nargs="*", default=list(shapes.MOE_SHAPES))
     ap.add_argument("--batches", nargs="*", type=int, default=list(harness.DECODE_BATCHES))
     ap.add_argument("--scales", nargs="*", default=list(SCALES))
     ap.add_argument("--no-sweep", action="store_true", help="skip the cfg:/prequant variants")
@@ -343,7 +343,7 @@ def main() -> int:
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     for si, shape in enumerate(args.shapes):
-        e, topk, h, i = harness.MOE_SHAPES[shape]
+        e, topk, h, i = shapes.MOE_SHAPES[shape]
         layer = make_layer(e, h, i, seed=si)
         for scale in args.scales:
             for m in args.batches:

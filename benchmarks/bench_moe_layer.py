@@ -26,13 +26,12 @@ the activations quantised per tensor as vLLM does (``bench_moe_decode.reference`
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from functools import partial
 
 import torch
 
-from benchmarks import harness
+from benchmarks import harness, moe_layer, shapes
 from benchmarks.bench_moe_decode import make_layer, reference, rel_err
 from vseries import results
 
@@ -45,33 +44,6 @@ def candidates():
     from vllm.model_executor.layers.fused_moe.oracle import fp8
 
     return list(fp8.backend_to_kernel_cls(fp8.Fp8MoeBackend.TRITON))
-
-
-def moe_config(e, topk, h, i):
-    """The layer's FusedMoEConfig, as vLLM builds it for one GPU without parallelism."""
-    from vllm.model_executor.layers.fused_moe import config
-    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
-
-    fields = {f.name for f in dataclasses.fields(config.FusedMoEConfig)}
-    inter = (
-        "intermediate_size"
-        if "intermediate_size" in fields
-        else ("intermediate_size_per_partition")
-    )
-    return config.FusedMoEConfig(
-        num_experts=e,
-        experts_per_token=topk,
-        hidden_dim=h,
-        num_local_experts=e,
-        num_logical_experts=e,
-        moe_parallel_config=config.FusedMoEParallelConfig.make_no_parallel(),
-        activation=MoEActivation.SILU,
-        in_dtype=torch.bfloat16,
-        device="cuda",
-        routing_method=config.RoutingMethodType.TopK,
-        max_num_tokens=max(BATCHES),
-        **{inter: i},
-    )
 
 
 def build(cls, cfg, s1, s2, a1, a2):
@@ -110,7 +82,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variant", required=True, help="name of the tree, e.g. base or series")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--shapes", nargs="*", default=list(harness.MOE_SHAPES))
+    ap.add_argument("--shapes", nargs="*", default=list(shapes.MOE_SHAPES))
     ap.add_argument("--batches", nargs="*", type=int, default=list(BATCHES))
     ap.add_argument("--scales", nargs="*", default=list(SCALES))
     ap.add_argument("--reps", type=int, default=30)
@@ -126,13 +98,13 @@ def main() -> int:
     )
     rows: list[results.Row] = []
     for shape in a.shapes:
-        e, topk, h, i = harness.MOE_SHAPES[shape]
+        e, topk, h, i = shapes.MOE_SHAPES[shape]
         w1, w2, s1, s2 = make_layer(e, h, i, seed=1)
         for scale in a.scales:
             static = scale == "static"
             a1 = torch.tensor([0.02], device="cuda") if static else None
             a2 = torch.tensor([0.01], device="cuda") if static else None
-            cfg = moe_config(e, topk, h, i)
+            cfg = moe_layer.fused_moe_config(e, topk, h, i, max(BATCHES))
             usable = [c for c in classes if accepts(c, cfg, static)]
             variants = {"default": usable[0]} if usable else {}
             general = [c for c in usable if c.__name__ == "TritonExperts"]

@@ -42,10 +42,10 @@ import time
 
 import torch
 
-from benchmarks import harness
+from benchmarks import harness, shapes
 from vseries import results
 
-SHAPES = harness.MOE_SHAPES
+SHAPES = shapes.MOE_SHAPES
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 256, 1024, 4096]
 DTYPES = ["fp8_w8a8_per_tensor", "bf16"]
 GEMM_BATCHES = [1, 16, 64]

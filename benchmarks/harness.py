@@ -37,13 +37,6 @@ from vseries import results
 if TYPE_CHECKING:  # for the annotations only: the import stays free of torch
     import torch
 
-# name: (experts E, top-k, hidden H, intermediate I); Qwen3-30B-A3B, a DeepSeek-V3 expert
-# slice under tensor parallelism 8 (intermediate 2048 / 8), Mixtral-8x7B (public configs).
-MOE_SHAPES: dict[str, tuple[int, int, int, int]] = {
-    "qwen3-30b-a3b": (128, 8, 2048, 768),
-    "dsv3-tp8": (256, 8, 7168, 256),
-    "mixtral-8x7b": (8, 2, 4096, 14336),
-}
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 ROUTINGS = 8  # routings cycled inside one graph; 8 x top-8 of 128 experts covers most
 

@@ -28,7 +28,7 @@ from types import SimpleNamespace
 
 import torch
 
-from benchmarks import harness, moe_layer
+from benchmarks import harness, moe_layer, shapes
 
 FP8 = torch.float8_e4m3fn
 # vLLM's default cudagraph_capture_sizes up to 512 (1, 2, 4, then steps of 8).
@@ -144,7 +144,7 @@ def main() -> int:
         "shapes": {},
     }
     for shape in args.shapes:
-        e, topk, h, i = harness.MOE_SHAPES[shape]
+        e, topk, h, i = shapes.MOE_SHAPES[shape]
         layer, experts = make_layer(e, topk, h, i)
         t0 = time.perf_counter()
         with CompileLog() as startup:

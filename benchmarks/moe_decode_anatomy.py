@@ -33,7 +33,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from benchmarks import harness
+from benchmarks import harness, shapes
 from vseries import results
 
 BENCH = "moe-decode-anatomy"
@@ -119,7 +119,7 @@ def measure(fd, shape_name: str, scale: str, kernel: str, factors, reps: int, bw
     """Rows of one (shape, scale kind, kernel): every factor, cycled and hot routings."""
     import torch
 
-    e, topk, h0, i0 = harness.MOE_SHAPES[shape_name]
+    e, topk, h0, i0 = shapes.MOE_SHAPES[shape_name]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     config = fd.get_decode_config(1, topk, h0, i0, sms)
     static = scale == "static"
@@ -128,7 +128,7 @@ def measure(fd, shape_name: str, scale: str, kernel: str, factors, reps: int, bw
     dtype = f"fp8_per_tensor_{scale}"
     rows = []
     for f in factors:
-        h, i = sized(harness.MOE_SHAPES[shape_name], kernel, f)
+        h, i = sized(shapes.MOE_SHAPES[shape_name], kernel, f)
         calls, ids = layer_calls(fd, e, topk, h, i, config, a1, a2)
         for routing, cs, used in (
             ("cycled", calls, ids),

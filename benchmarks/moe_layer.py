@@ -18,28 +18,32 @@ from vseries.lab.platform import mock_h200  # noqa: F401  (the contract tests' s
 
 def fused_moe_config(e: int, topk: int, hidden: int, inter: int, max_num_tokens: int = 8192):
     """``FusedMoEConfig`` of a layer of ``e`` experts, top-``topk``, hidden size ``hidden``,
-    intermediate size ``inter`` (one rank holds every expert)."""
-    import torch
-    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
-    from vllm.model_executor.layers.fused_moe.config import (
-        FusedMoEConfig,
-        FusedMoEParallelConfig,
-        RoutingMethodType,
-    )
+    intermediate size ``inter`` (one rank holds every expert), as vLLM builds it for one GPU
+    without parallelism; the intermediate size's field by either of its names (v0.21.0's
+    ``intermediate_size_per_partition``, later ``intermediate_size``)."""
+    import dataclasses
 
-    return FusedMoEConfig(
+    import torch
+    from vllm.model_executor.layers.fused_moe import config
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+
+    fields = {f.name for f in dataclasses.fields(config.FusedMoEConfig)}
+    size = (
+        "intermediate_size" if "intermediate_size" in fields else "intermediate_size_per_partition"
+    )
+    return config.FusedMoEConfig(
         num_experts=e,
         experts_per_token=topk,
         hidden_dim=hidden,
-        intermediate_size_per_partition=inter,
         num_local_experts=e,
         num_logical_experts=e,
-        moe_parallel_config=FusedMoEParallelConfig.make_no_parallel(),
+        moe_parallel_config=config.FusedMoEParallelConfig.make_no_parallel(),
         activation=MoEActivation.SILU,
         in_dtype=torch.bfloat16,
         device="cuda",
-        routing_method=RoutingMethodType.TopK,
+        routing_method=config.RoutingMethodType.TopK,
         max_num_tokens=max_num_tokens,
+        **{size: inter},
     )
 
 

@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import harness, moe_layer, plots
+from benchmarks import harness, moe_layer, plots, shapes
 from vseries import results
 
 MAX_TOKENS = (8192, 16384, 40960, 131072)
@@ -99,7 +99,7 @@ def main() -> int:
     ap.add_argument("--variant", help="name of the tree, e.g. series")
     ap.add_argument("--out", required=True, help="result JSON (with --report: OUT.md, OUT.png)")
     ap.add_argument("--report", metavar="JSON", help="write the table and plot of a result file")
-    ap.add_argument("--shapes", nargs="*", default=list(harness.MOE_SHAPES))
+    ap.add_argument("--shapes", nargs="*", default=list(shapes.MOE_SHAPES))
     ap.add_argument("--max-tokens", nargs="*", type=int, default=list(MAX_TOKENS))
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
@@ -119,7 +119,7 @@ def main() -> int:
     fm.current_platform = moe_layer.mock_h200()
     rows = []
     for shape in args.shapes:
-        fake, experts = layer(*harness.MOE_SHAPES[shape])
+        fake, experts = layer(*shapes.MOE_SHAPES[shape])
         for n in args.max_tokens:
             times, variants = [], 0
             for _ in range(args.reps):

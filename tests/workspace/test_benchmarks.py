@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from benchmarks import harness, report
+from benchmarks import report, shapes
 from vseries import results
 
 BENCH = ROOT / "benchmarks"
@@ -279,11 +279,11 @@ def test_moe_decode_anatomy_fits_fixed_cost_and_rate():
     us = fixed + MB / rate per (shape, scale kind, kernel, routing)."""
     from benchmarks import moe_decode_anatomy as anat
 
-    qwen3 = harness.MOE_SHAPES["qwen3-30b-a3b"]
+    qwen3 = shapes.MOE_SHAPES["qwen3-30b-a3b"]
     # w13 grows the hidden size (its K), w2 the intermediate size; the other one stays
     assert anat.sized(qwen3, "w13", 0.5) == (1024, 768)
     assert anat.sized(qwen3, "w2", 0.75) == (2048, 576)
-    assert anat.sized(harness.MOE_SHAPES["dsv3-tp8"], "w2", 0.25) == (7168, 64)
+    assert anat.sized(shapes.MOE_SHAPES["dsv3-tp8"], "w2", 0.25) == (7168, 64)
     assert max(anat.FACTORS) <= 1.0  # never past the model's own K (see FACTORS)
     assert anat.kernel_bytes("w13", 8, 2048, 768) == 8 * 2 * 768 * 2048
     # 4 us fixed, 2000 GB/s (0.5 us per MB), plus noise that cancels in pairs
