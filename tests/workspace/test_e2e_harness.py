@@ -1800,6 +1800,41 @@ def test_deepseek_v4_config_and_flavours():
     assert 26 * memory.GIB < shapes.get("deepseek-v4").weight_bytes(c) < 27 * memory.GIB
 
 
+def test_one_record_per_arch(tmp_path):
+    """Every part reads a model shape from its record (benchmarks/shapes.py): the MoE layer the
+    kernel benchmarks time is the served config's, and an architecture without a record is
+    an error that says where to add one and how to write the directory again, not another
+    model's figures."""
+    for name, shape in shapes.SERVED.items():
+        c = shape.config
+        experts = c.get("num_experts") or c.get("num_local_experts") or c.get("n_routed_experts")
+        inter = c.get("moe_intermediate_size") or c["intermediate_size"]
+        assert shape.moe == (experts, c["num_experts_per_tok"], c["hidden_size"], inter), name
+        assert shape.cost is not None and set(shape.flavours) <= set(models.FLAVOURS), name
+    assert list(shapes.MOE_SHAPES) == ["qwen3-30b-a3b", "dsv3-tp8", "mixtral-8x7b"]
+    with pytest.raises(ValueError, match="unknown arch 'dsv3-tp8'"):
+        models.model_config("dsv3-tp8", "fp8static")  # timed by the kernels, not served
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "config.json").write_text(json.dumps({"model_type": "qwen3_moe"}))
+    with pytest.raises(ValueError, match="unknown arch 'qwen3_moe'.*benchmarks.e2e.models"):
+        plan.Model.read(old)
+
+
+def test_the_tree_name_rule_is_one_for_shell_and_python(tmp_path):
+    """names.host_dir and benchmarks/h200/lib.sh's tree_dir give the same folder."""
+    p = subprocess.run(
+        ["bash", "-c", ". benchmarks/h200/lib.sh && tree_dir p1_2"],
+        cwd=ROOT,
+        env={**os.environ, "TREE_ROOT": str(tmp_path)},
+        capture_output=True,
+        text=True,
+    )
+    assert p.stdout.strip() == str(names.host_dir(tmp_path, "p1_2")), p.stderr
+    assert names.patches_of("p1_2", tmp_path / "nowhere") == 2
+    assert names.patches_of("series", tmp_path / "nowhere") is None  # all of them
+
+
 def test_model_env_is_per_model(tmp_path):
     """VLLM_USE_DEEP_GEMM=0 is the per-tensor models' setting, not every server's: DeepSeek-V4
     needs DeepGEMM on, even when the host's environment says 0."""
