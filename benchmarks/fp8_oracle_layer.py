@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmarks import shapes
+from benchmarks import moe_layer, shapes
 
 PREFILL_BATCHES = (512, 2048, 8192)  # timed by the benchmark; the largest sizes the kernels
 NUMERICS_BATCH = 4
@@ -169,11 +169,6 @@ def make_kernel(layer: Layer, variant: str):
     support on this device).
     """
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
-    from vllm.model_executor.layers.fused_moe.config import (
-        FusedMoEConfig,
-        FusedMoEParallelConfig,
-        RoutingMethodType,
-    )
     from vllm.model_executor.layers.fused_moe.oracle.fp8 import (
         Fp8MoeBackend,
         convert_to_fp8_moe_kernel_format,
@@ -205,19 +200,8 @@ def make_kernel(layer: Layer, variant: str):
             raise RuntimeError(f"CUTLASS grouped GEMM not supported on sm_{cap[0]}{cap[1]}")
         backend, experts_cls = Fp8MoeBackend.VLLM_CUTLASS, CutlassExpertsFp8
 
-    moe_config = FusedMoEConfig(
-        num_experts=s.num_experts,
-        experts_per_token=s.topk,
-        hidden_dim=s.hidden,
-        intermediate_size_per_partition=s.intermediate,
-        num_local_experts=s.num_experts,
-        num_logical_experts=s.num_experts,
-        moe_parallel_config=FusedMoEParallelConfig.make_no_parallel(),
-        activation=MoEActivation.SILU,
-        in_dtype=torch.bfloat16,
-        device="cuda",
-        routing_method=RoutingMethodType.Renormalize,
-        max_num_tokens=max(PREFILL_BATCHES),
+    moe_config = moe_layer.fused_moe_config(
+        s.num_experts, s.topk, s.hidden, s.intermediate, max(PREFILL_BATCHES), "Renormalize"
     )
     # The weight layout each backend wants, as the FP8 MoE method prepares it after loading
     # (FlashInfer: gate/up halves swapped to [up; gate], padding to its alignment).

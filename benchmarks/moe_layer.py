@@ -16,10 +16,13 @@ from typing import Any
 from vseries.lab.platform import mock_h200  # noqa: F401  (the contract tests' stand-in)
 
 
-def fused_moe_config(e: int, topk: int, hidden: int, inter: int, max_num_tokens: int = 8192):
+def fused_moe_config(
+    e: int, topk: int, hidden: int, inter: int, max_num_tokens: int = 8192, routing: str = "TopK"
+):
     """``FusedMoEConfig`` of a layer of ``e`` experts, top-``topk``, hidden size ``hidden``,
     intermediate size ``inter`` (one rank holds every expert), as vLLM builds it for one GPU
-    without parallelism; the intermediate size's field by either of its names (v0.21.0's
+    without parallelism; ``routing``: a ``RoutingMethodType`` name (Qwen3 and Mixtral route
+    with ``Renormalize``); the intermediate size's field by either of its names (v0.21.0's
     ``intermediate_size_per_partition``, later ``intermediate_size``)."""
     import dataclasses
 
@@ -41,7 +44,7 @@ def fused_moe_config(e: int, topk: int, hidden: int, inter: int, max_num_tokens:
         activation=MoEActivation.SILU,
         in_dtype=torch.bfloat16,
         device="cuda",
-        routing_method=config.RoutingMethodType.TopK,
+        routing_method=config.RoutingMethodType[routing],
         max_num_tokens=max_num_tokens,
         **{size: inter},
     )
