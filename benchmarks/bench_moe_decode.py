@@ -20,12 +20,6 @@ it runs in (``--variant`` names it). Variants per row:
 - ``in_kernel`` (dynamic scales, M in ``--sweep-batches``): the decode path with the dynamic
   scale always found in GEMM1, whatever ``_IN_KERNEL_SCALE_MAX_ELEMS`` says; with
   ``prequant`` beside it, the two sides of that threshold at each shape and batch;
-- ``one_kernel``, ``one_kernel_1x``, ``one_kernel_early``, ``one_kernel_nopf``
-  (``--one-kernel``, M in ``--sweep-batches``): the experimental one-launch persistent kernel
-  of ``moe_decode_fused.py`` (not in any patch) with 2 and 1 programs per SM prefetching each
-  GEMM2 tile's weights into L2 before its wait, 2 per SM prefetching all of them before GEMM1
-  (``early``), and 2 without the prefetch; the heuristic's config: the candidate for the 55%
-  goal (issue 13);
 - ``l2_hot`` (M in ``--sweep-batches``): ``default`` with one routing repeated, so that its
   experts' weights stay in L2: the floor of the path when HBM bandwidth is not the limit.
   Its roofline % is not one (the bytes do not come from HBM).
@@ -43,8 +37,8 @@ the decode path (M <= 16): max |out - ref| / max |ref| against a float32 referen
 dequantised FP8 weights with the activations quantised as the path does, and against
 ``decode_off``. Kernels per call at one token: CUDA kernels in one profiled graph replay.
 
-    cd /root/vllm-<tree> && PYTHONPATH=/root/site:/root/vllm-<tree> \\
-        python3 bench_moe_decode.py --variant <tree> --out bench_moe_decode-<tree>.json
+    cd /root/vllm-<tree> && PYTHONPATH=/root/site:/root/vllm-<tree>:<ws> \\
+        python3 -m benchmarks.bench_moe_decode --variant <tree> --out bench_moe_decode-<tree>.json
 
 About 2-4 minutes per tree on an H200 (most of it Triton compiles).
 """
@@ -54,20 +48,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from benchmarks import harness, shapes
+from vseries import results
 
 FP8 = torch.float8_e4m3fn
 SCALES = ("static", "dynamic")
 SWEEP_BATCHES = (1, 4, 16)  # default --sweep-batches: cfg:/prequant variants (device time)
 # variants profiled per kernel at --breakdown-batches (a profiler start per row costs time)
 BREAKDOWN_VARIANTS = {
-    "default", "decode_off", "cfg:heuristic", "prequant", "in_kernel", "one_kernel",
+    "default", "decode_off", "cfg:heuristic", "prequant", "in_kernel",
 }  # fmt: skip
 
 
@@ -231,20 +223,6 @@ class Case:
 
         return run
 
-    def one_kernel(self, k: int, cfg: dict, grid: int, prefetch: str = "item"):
-        """moe_decode_fused.py's one persistent launch with ``grid`` programs (``prefetch``:
-        GEMM2's weights into L2 before each item's wait, "early" before GEMM1, or "none"),
-        on routing k."""
-        import moe_decode_fused
-
-        w1, w2, s1, s2 = self.layer
-        x, (tw, ti) = self.xs[k], self.routings[k]
-        out = self.outs[k]
-        return lambda: moe_decode_fused.fused_moe_fp8_decode_one_kernel(
-            x, w1, w2, s1, s2, tw, ti, self.a1, self.a2, out, grid=grid, config=cfg,
-            prefetch=prefetch,
-        )  # fmt: skip
-
     def prequant(self, k: int):
         """vLLM's dynamic per-tensor quantisation kernel, then the decode kernels."""
         from vllm import _custom_ops as ops
@@ -269,7 +247,6 @@ def measure(
     kernels: dict,
     breakdown: tuple[int, ...] = (),
     breakdown_all: bool = False,
-    one_kernel: bool = False,
 ) -> list:
     """Every variant of one case: rows with time, range, bytes and roofline, and at the
     batches in ``breakdown`` the time per kernel (``kernels_us``, ``harness.kernel_times``)
@@ -282,7 +259,7 @@ def measure(
         t = harness.time_graph(calls)
         if case.m in breakdown and (breakdown_all or variant in BREAKDOWN_VARIANTS):
             extra = dict(extra, kernels_us=harness.kernel_times(calls, reps=1))
-        row = harness.Row(
+        row = results.Row(
             "moe-decode", case.shape, f"fp8_per_tensor_{case.scale}", case.m, variant,
             round(t.us, 2), round(t.us_min, 2), round(t.us_max, 2), int(case.nbytes),
             round(harness.roofline_pct(case.nbytes, t.us, bw), 1), extra,
@@ -328,29 +305,6 @@ def measure(
     if case.scale == "dynamic":
         add("prequant", [case.prequant(k) for k in range(n)])
         add("in_kernel", [case.in_kernel(k) for k in range(n)])
-    variants = (
-        ("one_kernel", 2, "item"),
-        ("one_kernel_1x", 1, "item"),
-        ("one_kernel_early", 2, "early"),
-        ("one_kernel_nopf", 2, "none"),
-    )
-    for name, per_sm, prefetch in variants if one_kernel else ():
-        try:
-            grid = per_sm * num_sms
-            case.direct(0, base_cfg)()
-            two = case.outs[0].clone()
-            case.one_kernel(0, base_cfg, grid, prefetch)()
-            same = bool(torch.equal(case.outs[0], two))  # the same tiles, sums and order
-            diff = round(rel_err(case.outs[0], two.float()), 6)
-            add(
-                name,
-                [case.one_kernel(k, base_cfg, grid, prefetch) for k in range(n)],
-                grid=grid,
-                equal_to_two_kernels=same,
-                rel_err_vs_two_kernels=diff,
-            )
-        except Exception as exc:  # experimental: say so, go on
-            print(f"{name} failed: {exc!r}", flush=True)
     # One routing n times: its experts' weights stay in L2 after the first call, so the
     # time is the path's floor when HBM is not the limit (launches, latency chains, tails).
     add("l2_hot", [case.fused(0)] * n)
@@ -361,7 +315,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--variant", required=True, help="name of the tree, e.g. base or series")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--shapes", nargs="*", default=list(harness.MOE_SHAPES))
+    ap.add_argument("--shapes", nargs="*", default=list(shapes.MOE_SHAPES))
     ap.add_argument("--batches", nargs="*", type=int, default=list(harness.DECODE_BATCHES))
     ap.add_argument("--scales", nargs="*", default=list(SCALES))
     ap.add_argument("--no-sweep", action="store_true", help="skip the cfg:/prequant variants")
@@ -374,11 +328,6 @@ def main() -> int:
         help="batches whose rows also get the time per kernel from a profiled replay",
     )  # fmt: skip
     ap.add_argument(
-        "--one-kernel", action="store_true",
-        help="also the experimental one-launch kernel (moe_decode_fused.py) at --sweep-batches; "
-        "run it in its own invocation: a grid that is not all resident would spin",
-    )  # fmt: skip
-    ap.add_argument(
         "--breakdown-all", action="store_true",
         help="profile every variant at --breakdown-batches, not only BREAKDOWN_VARIANTS",
     )  # fmt: skip
@@ -389,22 +338,22 @@ def main() -> int:
     bw = harness.read_bandwidth()
     print(f"read bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     head = harness.header("moe-decode", args.variant, bw, decode_path=fd is not None)
-    rows: list[harness.Row] = []
+    rows: list[results.Row] = []
     kernels: dict[str, int] = {}
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     for si, shape in enumerate(args.shapes):
-        e, topk, h, i = harness.MOE_SHAPES[shape]
+        e, topk, h, i = shapes.MOE_SHAPES[shape]
         layer = make_layer(e, h, i, seed=si)
         for scale in args.scales:
             for m in args.batches:
                 case = Case(shape, scale, m, topk, h, i, layer, seed=1000 * si + m)
                 rows += measure(
                     case, sweep, bw, num_sms, kernels, tuple(args.breakdown_batches),
-                    args.breakdown_all, args.one_kernel,
+                    args.breakdown_all,
                 )  # fmt: skip
-                harness.write(args.out, dict(head, kernels_per_call_m1=kernels), rows)
-    harness.write(args.out, dict(head, kernels_per_call_m1=kernels), rows)
+                results.write(args.out, dict(head, kernels_per_call_m1=kernels), rows)
+    results.write(args.out, dict(head, kernels_per_call_m1=kernels), rows)
     print("kernels per call at M=1:", kernels, flush=True)
     return 0
 

@@ -19,23 +19,21 @@ distinct experts each routing touches, read bandwidth measured in the same run. 
 max |out - ref| / max |ref| against a float32 reference on the dequantised FP8 weights with
 the activations quantised per tensor as vLLM does (``bench_moe_decode.reference``).
 
-    cd /root/vllm-<tree> && PYTHONPATH=/root/site:/root/vllm-<tree> \\
-        python3 <ws>/benchmarks/bench_moe_layer.py --variant <tree> --out moe_layer-<tree>.json
+    cd /root/vllm-<tree> && PYTHONPATH=/root/site:/root/vllm-<tree>:<ws> \\
+        python3 -m benchmarks.bench_moe_layer --variant <tree> --out moe_layer-<tree>.json
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from functools import partial
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
-from bench_moe_decode import make_layer, reference, rel_err  # noqa: E402
+from benchmarks import harness, moe_layer, shapes
+from benchmarks.bench_moe_decode import make_layer, reference, rel_err
+from vseries import results
 
 BATCHES = (1, 2, 3, 4, 8, 16, 64)
 SCALES = ("static", "dynamic")
@@ -46,33 +44,6 @@ def candidates():
     from vllm.model_executor.layers.fused_moe.oracle import fp8
 
     return list(fp8.backend_to_kernel_cls(fp8.Fp8MoeBackend.TRITON))
-
-
-def moe_config(e, topk, h, i):
-    """The layer's FusedMoEConfig, as vLLM builds it for one GPU without parallelism."""
-    from vllm.model_executor.layers.fused_moe import config
-    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
-
-    fields = {f.name for f in dataclasses.fields(config.FusedMoEConfig)}
-    inter = (
-        "intermediate_size"
-        if "intermediate_size" in fields
-        else ("intermediate_size_per_partition")
-    )
-    return config.FusedMoEConfig(
-        num_experts=e,
-        experts_per_token=topk,
-        hidden_dim=h,
-        num_local_experts=e,
-        num_logical_experts=e,
-        moe_parallel_config=config.FusedMoEParallelConfig.make_no_parallel(),
-        activation=MoEActivation.SILU,
-        in_dtype=torch.bfloat16,
-        device="cuda",
-        routing_method=config.RoutingMethodType.TopK,
-        max_num_tokens=max(BATCHES),
-        **{inter: i},
-    )
 
 
 def build(cls, cfg, s1, s2, a1, a2):
@@ -111,7 +82,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variant", required=True, help="name of the tree, e.g. base or series")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--shapes", nargs="*", default=list(harness.MOE_SHAPES))
+    ap.add_argument("--shapes", nargs="*", default=list(shapes.MOE_SHAPES))
     ap.add_argument("--batches", nargs="*", type=int, default=list(BATCHES))
     ap.add_argument("--scales", nargs="*", default=list(SCALES))
     ap.add_argument("--reps", type=int, default=30)
@@ -125,15 +96,15 @@ def main() -> int:
     head = harness.header(
         "moe_layer", a.variant, bw, classes=[c.__name__ for c in classes], batches=a.batches
     )
-    rows: list[harness.Row] = []
+    rows: list[results.Row] = []
     for shape in a.shapes:
-        e, topk, h, i = harness.MOE_SHAPES[shape]
+        e, topk, h, i = shapes.MOE_SHAPES[shape]
         w1, w2, s1, s2 = make_layer(e, h, i, seed=1)
         for scale in a.scales:
             static = scale == "static"
             a1 = torch.tensor([0.02], device="cuda") if static else None
             a2 = torch.tensor([0.01], device="cuda") if static else None
-            cfg = moe_config(e, topk, h, i)
+            cfg = moe_layer.fused_moe_config(e, topk, h, i, max(BATCHES))
             usable = [c for c in classes if accepts(c, cfg, static)]
             variants = {"default": usable[0]} if usable else {}
             general = [c for c in usable if c.__name__ == "TritonExperts"]
@@ -143,7 +114,7 @@ def main() -> int:
                 try:
                     kernel = build(cls, cfg, s1, s2, a1, a2)
                 except Exception as exc:  # one failing build must not lose the run
-                    rows.append(harness.failed("moe_layer", shape, scale, 0, name, exc))
+                    rows.append(results.failed("moe_layer", shape, scale, 0, name, exc))
                     continue
                 for m in a.batches:
                     try:
@@ -157,7 +128,7 @@ def main() -> int:
                         t = harness.time_graph([partial(call, *r) for r in rts], reps=a.reps)
                         nbytes = sum(harness.moe_bytes(r[1], h, i) for r in rts) // len(rts)
                         rows.append(
-                            harness.Row(
+                            results.Row(
                                 "moe_layer",
                                 shape,
                                 scale,
@@ -178,10 +149,10 @@ def main() -> int:
                             flush=True,
                         )
                     except Exception as exc:
-                        rows.append(harness.failed("moe_layer", shape, scale, m, name, exc))
+                        rows.append(results.failed("moe_layer", shape, scale, m, name, exc))
                         print(f"{shape} {scale} M={m} {name}: {exc}", flush=True)
-                    harness.write(a.out, head, rows)
-    harness.write(a.out, head, rows)
+                    results.write(a.out, head, rows)
+    results.write(a.out, head, rows)
     return 0
 
 

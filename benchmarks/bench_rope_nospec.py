@@ -4,8 +4,8 @@ Runs vLLM's ``fused_inv_rope_fp8_quant`` (DeepSeek-V4 inverse RoPE + UE8M0 FP8 q
 SM90 FP32 scale layout) in one tree, in a fresh process with an empty TRITON_CACHE_DIR, so
 every variant the tree needs is compiled for real. Run it once per tree, from inside it:
 
-    cd /root/vllm-base && PYTHONPATH=/root/site:/root/vllm-base \\
-        python3 <workspace>/benchmarks/bench_rope_nospec.py --variant base --out base.json \\
+    cd /root/vllm-base && PYTHONPATH=/root/site:/root/vllm-base:<ws> \\
+        python3 -m benchmarks.bench_rope_nospec --variant base --out base.json \\
         --dump base.pt
 
 Rows (``benchmarks/harness.py``'s result file; shape = the row kind, m = token count T):
@@ -38,16 +38,11 @@ atexit.register(shutil.rmtree, os.environ["TRITON_CACHE_DIR"], ignore_errors=Tru
 import argparse  # noqa: E402
 import importlib  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
-
-# vseries (the workspace's package) sits next to benchmarks/. Appended, never prepended: the
-# workspace root may hold a vllm/ checkout that must not shadow the tree under test.
-sys.path.append(str(Path(__file__).resolve().parents[1]))
+from benchmarks import harness  # noqa: E402
+from vseries import results  # noqa: E402
 from vseries.lab.recompile import (  # noqa: E402
     ROPE_KERNEL,
     ROPE_MODULE,
@@ -144,12 +139,12 @@ def main() -> int:
     # Reserve the largest call's memory once, so that first calls do not also pay cudaMalloc.
     torch.empty(bytes_moved(max(token_counts), heads, groups), dtype=torch.uint8, device="cuda")
     bw = harness.read_bandwidth()
-    rows: list[harness.Row] = []
+    rows: list[results.Row] = []
 
     def row(case: str, t: int, us: float, us_min=None, us_max=None, nbytes=0, pct=None, **extra):
         """A row of kind ``case`` (first_call, warm_call, steady) at T tokens."""
         rows.append(
-            harness.Row(
+            results.Row(
                 "rope-nospec",
                 case,
                 "bf16->fp8_e4m3",
@@ -228,7 +223,7 @@ def main() -> int:
         kernel_variants=len(compiles),
         compiles=[{"T": e.token_count, "ms": round(e.ms, 1)} for e in compiles],
     )
-    harness.write(args.out, head, rows)
+    results.write(args.out, head, rows)
     print(
         f"{ROPE_KERNEL}: {len(compiles)} variant(s) compiled, at T="
         f"{[e.token_count for e in compiles]}; wrote {args.out}"

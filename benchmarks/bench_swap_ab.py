@@ -5,10 +5,10 @@ Times `fused_experts` (activation quantisation, alignment, both fused_moe_kernel
 activation and the top-k reduction; routing excluded: top-k ids and weights are precomputed) for
 three model shapes, two dtypes and batch sizes 1..4096, once per staged tree:
 
-    cd /root/vllm-base && PYTHONPATH=/root/site:/root/vllm-base \\
-        python3 bench_swap_ab.py --variant base --out $OUT/swap_ab_base.json
-    cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched \\
-        python3 bench_swap_ab.py --variant patched --out $OUT/swap_ab_patched.json
+    cd /root/vllm-base && PYTHONPATH=/root/site:/root/vllm-base:<ws> \\
+        python3 -m benchmarks.bench_swap_ab --variant base --out $OUT/swap_ab_base.json
+    cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched:<ws> \\
+        python3 -m benchmarks.bench_swap_ab --variant patched --out $OUT/swap_ab_patched.json
 
 Method (``benchmarks/harness.py``, shared by every benchmark): every batch is timed under
 CUDA-graph replay with ``--routing-sets`` routings of different experts captured in one graph
@@ -39,14 +39,13 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from benchmarks import harness, shapes
+from vseries import results
 
-SHAPES = harness.MOE_SHAPES
+SHAPES = shapes.MOE_SHAPES
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 256, 1024, 4096]
 DTYPES = ["fp8_w8a8_per_tensor", "bf16"]
 GEMM_BATCHES = [1, 16, 64]
@@ -93,7 +92,7 @@ def swap_choice(fm, config: dict, a_dtype: torch.dtype, b_dtype: torch.dtype, ks
     return [sw is not None for sw in swaps], tile
 
 
-def bench_layer(args, bw: float) -> list[harness.Row]:
+def bench_layer(args, bw: float) -> list[results.Row]:
     """Whole fused_experts call per shape, dtype and batch (bw: read bandwidth, bytes/s)."""
     from vllm.model_executor.layers.fused_moe import fused_moe as fm
 
@@ -124,7 +123,7 @@ def bench_layer(args, bw: float) -> list[harness.Row]:
                     )
                     a_dtype = FP8 if dtype != "bf16" else torch.bfloat16
                     swap, tile = swap_choice(fm, config, a_dtype, w1.dtype, (h, i))
-                    row = harness.Row(
+                    row = results.Row(
                         "swap-ab", name, dtype, batch, args.variant,
                         round(t.us, 2), round(t.us_min, 2), round(t.us_max, 2), int(nbytes),
                         round(harness.roofline_pct(nbytes, t.us, bw), 1),
@@ -139,7 +138,7 @@ def bench_layer(args, bw: float) -> list[harness.Row]:
                         ),
                     )  # fmt: skip
                 except Exception as exc:  # keep the other rows of a one-shot GPU run
-                    row = harness.failed("swap-ab", name, dtype, batch, args.variant, exc)
+                    row = results.failed("swap-ab", name, dtype, batch, args.variant, exc)
                 rows.append(row)
                 print(json.dumps(row.as_dict()), flush=True)
             del w1, w2
@@ -147,7 +146,7 @@ def bench_layer(args, bw: float) -> list[harness.Row]:
     return rows
 
 
-def bench_gemm(args, bw: float) -> list[harness.Row]:
+def bench_gemm(args, bw: float) -> list[results.Row]:
     """The two fused_moe_kernel launches of the layer alone, at decode sizes, per tile choice
     (bw: read bandwidth, bytes/s)."""
     from vllm.model_executor.layers.fused_moe import fused_moe as fm
@@ -227,14 +226,14 @@ def bench_gemm(args, bw: float) -> list[harness.Row]:
                                 tile = fm._fused_moe_swap_ab_tile_config(cfg, x_in.dtype, w1.dtype)
                                 keys = ("BLOCK_SIZE_N", "num_warps", "num_stages")
                                 extra["swap_config"] = {k: tile[k] for k in keys}
-                            row = harness.Row(
+                            row = results.Row(
                                 "swap-ab-gemm", shape, dtype, batch, args.variant,
                                 round(t.us, 2), round(t.us_min, 2), round(t.us_max, 2),
                                 int(nbytes), round(harness.roofline_pct(nbytes, t.us, bw), 1),
                                 extra,
                             )  # fmt: skip
                         except Exception as exc:
-                            row = harness.failed(
+                            row = results.failed(
                                 "swap-ab-gemm", shape, dtype, batch, args.variant, exc, **extra
                             )
                         rows.append(row)
@@ -266,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     head = harness.header(bench, args.variant, bw, vllm_file=vllm.__file__)
     head["wall_s"] = round(time.time() - t0, 1)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    harness.write(args.out, head, rows)
+    results.write(args.out, head, rows)
     errors = sum("error" in r.extra for r in rows)
     print(f"wrote {args.out}: {len(rows)} rows, {errors} errors, {head['wall_s']} s")
     return 1 if errors else 0

@@ -1,4 +1,4 @@
-"""The benchmarks' shared harness: ceiling, timing, roofline, result header and row schema.
+"""The benchmarks' shared harness: ceiling, timing, roofline, result header.
 
 Every H200 benchmark of this workspace times vLLM code the same way (the method of the
 design notes, ``../shared/design.md`` "Performance: how to measure"):
@@ -14,41 +14,29 @@ design notes, ``../shared/design.md`` "Performance: how to measure"):
 - Roofline: bytes that must move / time / read bandwidth (``roofline_pct``); for a MoE layer
   the bytes are the weights of the distinct experts each routing touches plus the
   activations in and out (``moe_bytes``).
-- Results: one JSON file per tree and benchmark, ``{"header": header(...), "rows": [...]}``;
-  rows are flat dicts (``Row``), so ``benchmarks/report.py`` and the PR bodies read every
-  benchmark the same way: ``variant`` and ``us`` (median) are the columns ratios are taken
-  from, between variants of the same tree or the same variant of two trees of one session.
+- Results: one JSON file per tree and benchmark in the schema of ``vseries.results`` (``Row``,
+  ``failed``, ``write``, ``load``: the standard-library half, which the reports and the PR
+  bodies read on any host); ``header`` here adds what only the GPU host knows.
 
 Runs on a CUDA host (the H200 recipe). The import needs nothing beyond the standard library
-(torch is imported by the functions that time and measure), so that the tools that read
-results (``benchmarks/report.py``, the PR bodies of ``vseries prs``) read them through
-``load`` and ``Row`` on any host; ``load`` also reads the result files written before this
-harness (their ``case``/``batch`` are ``shape``/``m`` here).
+(torch is imported by the functions that time and measure).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import platform
 import subprocess
-import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchmarks import gpu
+from vseries import results
+
 if TYPE_CHECKING:  # for the annotations only: the import stays free of torch
     import torch
 
-# name: (experts E, top-k, hidden H, intermediate I); Qwen3-30B-A3B, a DeepSeek-V3 expert
-# slice under tensor parallelism 8 (intermediate 2048 / 8), Mixtral-8x7B (public configs).
-MOE_SHAPES: dict[str, tuple[int, int, int, int]] = {
-    "qwen3-30b-a3b": (128, 8, 2048, 768),
-    "dsv3-tp8": (256, 8, 7168, 256),
-    "mixtral-8x7b": (8, 2, 4096, 14336),
-}
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 ROUTINGS = 8  # routings cycled inside one graph; 8 x top-8 of 128 experts covers most
 
@@ -190,33 +178,6 @@ def roofline_pct(nbytes: float, us: float, bandwidth: float) -> float:
     return 100.0 * nbytes / (us * 1e-6) / bandwidth
 
 
-@dataclasses.dataclass
-class Row:
-    """One result row. ``variant`` names what was timed (a tree, a backend, a path); ``us`` is
-    the median time of one call in microseconds, ``us_min``/``us_max`` its range over the
-    replays (None for a row that failed, see ``failed``); ``roofline_pct`` is computed from
-    ``bytes`` and the header's bandwidth; ``extra`` holds benchmark-specific columns
-    (flattened into the row on output; ``error`` marks a failed row)."""
-
-    bench: str
-    shape: str
-    dtype: str
-    m: int
-    variant: str
-    us: float | None
-    us_min: float | None
-    us_max: float | None
-    bytes: int = 0
-    roofline_pct: float | None = None
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        extra = d.pop("extra")
-        d.update(extra)
-        return d
-
-
 def _tree_info() -> dict[str, Any]:
     """The vLLM tree under test: VSERIES_TREE.json beside it (benchmarks/e2e/trees.py) or its
     git head."""
@@ -244,93 +205,20 @@ def _tree_info() -> dict[str, Any]:
     return {"path": str(root), "head": head}
 
 
-def gpu_clocks() -> str:
-    """nvidia-smi's SM/memory clocks, temperature and power, or "" when it is missing."""
-    try:
-        return subprocess.run(
-            [
-                "nvidia-smi",
-                "--query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw",
-                "--format=csv,noheader",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
 def header(bench: str, variant: str, bandwidth: float | None, **extra: Any) -> dict[str, Any]:
-    """The result file's header: what ran, where, when, with which command."""
+    """The result file's header (``vseries.results.header``: what ran, when, with which
+    command) with where: the GPU and its clocks, torch, Triton, the tree, the read bandwidth."""
     import torch
     import triton
 
-    return {
-        "bench": bench,
-        "variant": variant,
-        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "",
-        "clocks": gpu_clocks(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": platform.python_version(),
-        "tree": _tree_info(),
-        "read_bandwidth_Bps": bandwidth,
+    return results.header(
+        bench,
+        variant,
+        gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else "",
+        clocks=gpu.clocks_line(),
+        torch=torch.__version__,
+        triton=triton.__version__,
+        tree=_tree_info(),
+        read_bandwidth_Bps=bandwidth,
         **extra,
-    }
-
-
-def write(path: str | Path, head: dict[str, Any], rows: Sequence[Row]) -> None:
-    """Write ``{"header": ..., "rows": [...]}`` atomically (a partial run stays readable)."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps({"header": head, "rows": [r.as_dict() for r in rows]}, indent=1))
-    tmp.replace(path)
-
-
-def failed(
-    bench: str, shape: str, dtype: str, m: int, variant: str, exc: BaseException | str, **extra
-) -> Row:
-    """The row of a measurement that failed: no times, ``error`` = "Type: message" (500
-    characters at most), so that one failing case does not lose a one-shot GPU run."""
-    error = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
-    return Row(
-        bench, shape, dtype, m, variant, None, None, None, extra={**extra, "error": error[:500]}
     )
-
-
-# Row fields of the result files written before this harness, by their name here.
-LEGACY_ROW = {"case": "shape", "batch": "m"}
-
-
-def load(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Read a result file: (header, rows).
-
-    A file written before this harness (the run's fields at the top level next to
-    ``"rows"``, ``device`` for the GPU, ``read_bw_GBps``; rows with ``case`` and ``batch``) is
-    read into this schema: its top-level fields are the header (``gpu`` and
-    ``read_bandwidth_Bps`` added), its rows get ``shape`` and ``m``, and a row without its own
-    ``bench`` or ``variant`` takes the file's.
-
-    Raises:
-        OSError, ValueError: the file cannot be read or is not a result file.
-    """
-    data = json.loads(Path(path).read_text())
-    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
-        raise ValueError(f"{path} is not a result file (no rows)")
-    if isinstance(data.get("header"), dict):
-        return data["header"], [r for r in data["rows"] if isinstance(r, dict)]
-    head = {k: v for k, v in data.items() if k != "rows"}
-    head.setdefault("gpu", head.get("device", ""))
-    if isinstance(head.get("read_bw_GBps"), int | float):
-        head.setdefault("read_bandwidth_Bps", head["read_bw_GBps"] * 1e9)
-    rows = []
-    for r in data["rows"]:
-        if isinstance(r, dict):
-            row = {LEGACY_ROW.get(k, k): v for k, v in r.items()}
-            row.setdefault("bench", head.get("bench"))
-            row.setdefault("variant", head.get("variant"))
-            rows.append(row)
-    return head, rows

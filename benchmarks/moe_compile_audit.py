@@ -12,8 +12,8 @@ size 1..``--max-tokens`` (serving's mixed prefill/decode batches reach
 max_num_batched_tokens) runs once, and every Triton compile is recorded with Triton's
 ``jit_post_compile_hook``: kernel name, batch size, and compile time (pre- to post-hook).
 
-    cd /root/vllm-<tree> && PYTHONPATH=/root/site:/root/vllm-<tree> \\
-        python3 moe_compile_audit.py --variant <tree> --out moe_compile_audit-<tree>.json
+    cd /root/vllm-<tree> && PYTHONPATH=/root/site:/root/vllm-<tree>:<ws> \\
+        python3 -m benchmarks.moe_compile_audit --variant <tree> --out moe_compile_audit-<tree>.json
 
 The patched tree must report zero compiles after start-up; the result JSON has the list.
 """
@@ -22,16 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
-import moe_layer  # noqa: E402
+from benchmarks import harness, moe_layer, shapes
 
 FP8 = torch.float8_e4m3fn
 # vLLM's default cudagraph_capture_sizes up to 512 (1, 2, 4, then steps of 8).
@@ -147,7 +144,7 @@ def main() -> int:
         "shapes": {},
     }
     for shape in args.shapes:
-        e, topk, h, i = harness.MOE_SHAPES[shape]
+        e, topk, h, i = shapes.MOE_SHAPES[shape]
         layer, experts = make_layer(e, topk, h, i)
         t0 = time.perf_counter()
         with CompileLog() as startup:

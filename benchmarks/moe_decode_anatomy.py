@@ -21,8 +21,9 @@ from HBM) and with one routing replayed (``hot``: weights in L2). A least-square
 and the streaming rate (GB/s), which the read bandwidth measured in the same run puts in
 proportion. Bytes: the weights of the distinct experts each routing selects.
 
-    cd /root/vllm-series && PYTHONPATH=/root/site:/root/vllm-series \\
-        python3 moe_decode_anatomy.py --variant series --out moe_decode_anatomy-series.json
+    cd /root/vllm-series && PYTHONPATH=/root/site:/root/vllm-series:<ws> \\
+        python3 -m benchmarks.moe_decode_anatomy --variant series \\
+        --out moe_decode_anatomy-series.json
 
 About a minute on an H200 (most of it Triton compiles). Needs a tree with patch 0005.
 """
@@ -31,10 +32,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from benchmarks import harness, shapes
+from vseries import results
 
 BENCH = "moe-decode-anatomy"
 SHAPES = ("qwen3-30b-a3b", "dsv3-tp8")
@@ -75,7 +75,7 @@ def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 def fits(rows: list[dict]) -> list[dict]:
     """One fit per (shape, dtype, kernel, routing) of result rows (``Row.as_dict`` or
-    ``harness.load``: flattened, with ``kernel`` and ``routing``)."""
+    ``results.load``: flattened, with ``kernel`` and ``routing``)."""
     groups: dict[tuple, list[tuple[float, float]]] = {}
     for r in rows:
         if r.get("us") is None:
@@ -119,7 +119,7 @@ def measure(fd, shape_name: str, scale: str, kernel: str, factors, reps: int, bw
     """Rows of one (shape, scale kind, kernel): every factor, cycled and hot routings."""
     import torch
 
-    e, topk, h0, i0 = harness.MOE_SHAPES[shape_name]
+    e, topk, h0, i0 = shapes.MOE_SHAPES[shape_name]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     config = fd.get_decode_config(1, topk, h0, i0, sms)
     static = scale == "static"
@@ -128,7 +128,7 @@ def measure(fd, shape_name: str, scale: str, kernel: str, factors, reps: int, bw
     dtype = f"fp8_per_tensor_{scale}"
     rows = []
     for f in factors:
-        h, i = sized(harness.MOE_SHAPES[shape_name], kernel, f)
+        h, i = sized(shapes.MOE_SHAPES[shape_name], kernel, f)
         calls, ids = layer_calls(fd, e, topk, h, i, config, a1, a2)
         for routing, cs, used in (
             ("cycled", calls, ids),
@@ -142,10 +142,10 @@ def measure(fd, shape_name: str, scale: str, kernel: str, factors, reps: int, bw
                 times = harness.kernel_times(cs, reps=reps)
                 us = next(t for name, t in times.items() if KERNELS[kernel] in name)
             except Exception as exc:  # one failing point does not lose the run
-                rows.append(harness.failed(BENCH, shape_name, dtype, 1, variant, exc, **extra))
+                rows.append(results.failed(BENCH, shape_name, dtype, 1, variant, exc, **extra))
                 continue
             rows.append(
-                harness.Row(
+                results.Row(
                     BENCH, shape_name, dtype, 1, variant, us, None, None, nbytes,
                     round(harness.roofline_pct(nbytes, us, bw), 1),
                     dict(extra, config=config, kernels_us=times),
@@ -182,14 +182,14 @@ def main() -> int:
     bw = harness.read_bandwidth()
     print(f"read bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     head = harness.header(BENCH, args.variant, bw)
-    rows: list[harness.Row] = []
+    rows: list[results.Row] = []
     for shape in args.shapes:
         for scale in args.scales:
             for kernel in KERNELS:
                 rows += measure(fd, shape, scale, kernel, args.factors, args.reps, bw)
-                harness.write(args.out, head, rows)
+                results.write(args.out, head, rows)
     head["fits"] = fits([r.as_dict() for r in rows])
-    harness.write(args.out, head, rows)
+    results.write(args.out, head, rows)
     for f in head["fits"]:
         print(f, flush=True)
     return 0

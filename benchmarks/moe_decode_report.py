@@ -24,8 +24,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from benchmarks import plots
+from vseries import results
 
 
 def index(rows: list[dict]) -> dict:
@@ -42,38 +42,32 @@ def fmt(r: dict) -> str:
 def table(base: dict | None, series: dict) -> list[str]:
     if base is None:
         return series_table(series)
-    lines = [
-        "| shape | act. scale | M | v0.21.0 us (range), % roofline | series without 0005 "
-        "| series | series / v0.21.0 | series / without 0005 | max rel. err vs fp32 |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    head = ["shape", "act. scale", "M", "v0.21.0 us (range), % roofline", "series without 0005"]
+    head += ["series", "series / v0.21.0", "series / without 0005", "max rel. err vs fp32"]
+    rows = []
     for key in sorted(series, key=lambda k: (k[0], k[1], k[2])):
         b, s = base[key]["default"], series[key]
         d, o = s["default"], s["decode_off"]
         err = d.get("rel_err_vs_fp32")
-        lines.append(
-            f"| {key[0]} | {key[1]} | {key[2]} | {fmt(b)} | {fmt(o)} | {fmt(d)} | "
-            f"{b['us'] / d['us']:.3f}x | {o['us'] / d['us']:.3f}x | "
-            f"{'' if err is None else f'{err:.3f}'} |"
-        )
-    return lines
+        rows.append(
+            [*key, fmt(b), fmt(o), fmt(d), f"{b['us'] / d['us']:.3f}x",
+             f"{o['us'] / d['us']:.3f}x", "" if err is None else f"{err:.3f}"]
+        )  # fmt: skip
+    return results.markdown_table(head, rows).splitlines()
 
 
 def series_table(series: dict) -> list[str]:
     """``table`` for a run of the series tree alone: the series without 0005 and the series."""
-    lines = [
-        "| shape | act. scale | M | series without 0005 us (range), % roofline | series "
-        "| series / without 0005 | max rel. err vs fp32 |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    head = ["shape", "act. scale", "M", "series without 0005 us (range), % roofline", "series"]
+    head += ["series / without 0005", "max rel. err vs fp32"]
+    rows = []
     for key in sorted(series, key=lambda k: (k[0], k[1], k[2])):
         d, o = series[key]["default"], series[key]["decode_off"]
         err = d.get("rel_err_vs_fp32")
-        lines.append(
-            f"| {key[0]} | {key[1]} | {key[2]} | {fmt(o)} | {fmt(d)} | {o['us'] / d['us']:.3f}x "
-            f"| {'' if err is None else f'{err:.3f}'} |"
+        rows.append(
+            [*key, fmt(o), fmt(d), f"{o['us'] / d['us']:.3f}x", "" if err is None else f"{err:.3f}"]
         )
-    return lines
+    return results.markdown_table(head, rows).splitlines()
 
 
 def sweep_table(sweep: dict) -> list[str]:
@@ -87,21 +81,15 @@ def sweep_table(sweep: dict) -> list[str]:
             if ":" in v or v in extra or v.startswith("one_kernel")
         }
     )
-    lines = [
-        "| shape | act. scale | M | default | " + " | ".join(names) + " |",
-        "|---|---|---|---|" + "---|" * len(names),
-    ]
+    rows = []
     for key in sorted(sweep):
         variants = sweep[key]
         if not any(":" in v for v in variants):
             continue
         cells = [f"{variants[n]['us']:.1f}" if n in variants else "" for n in names]
-        lines.append(
-            f"| {key[0]} | {key[1]} | {key[2]} | {variants['default']['us']:.1f} | "
-            + " | ".join(cells)
-            + " |"
-        )
-    return lines
+        rows.append([*key, f"{variants['default']['us']:.1f}", *cells])
+    head = ["shape", "act. scale", "M", "default", *names]
+    return results.markdown_table(head, rows).splitlines()
 
 
 def anatomy_table(head: dict) -> list[str]:
@@ -109,20 +97,17 @@ def anatomy_table(head: dict) -> list[str]:
     scale kind, kernel and routing, the fixed cost (us) and the streaming rate (GB/s, and as
     % of the read bandwidth measured in that run)."""
     bw = head["read_bandwidth_Bps"] / 1e9
-    lines = [
-        "| shape | act. scale | kernel | weights | fixed us | streaming GB/s | % of read bw |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for f in sorted(
         head.get("fits", []), key=lambda f: (f["shape"], f["dtype"], f["kernel"], f["routing"])
     ):
         where = "HBM (8 routings cycled)" if f["routing"] == "cycled" else "L2 (one routing)"
-        lines.append(
-            f"| {f['shape']} | {f['dtype'].removeprefix('fp8_per_tensor_')} | {f['kernel']} | "
-            f"{where} | {f['fixed_us']:.1f} | {f['rate_GBps']:.0f} | "
-            f"{100 * f['rate_GBps'] / bw:.0f}% |"
-        )
-    return lines
+        rows.append(
+            [f["shape"], f["dtype"].removeprefix("fp8_per_tensor_"), f["kernel"], where,
+             f"{f['fixed_us']:.1f}", f"{f['rate_GBps']:.0f}", f"{100 * f['rate_GBps'] / bw:.0f}%"]
+        )  # fmt: skip
+    cols = ["shape", "act. scale", "kernel", "weights", "fixed us", "streaming GB/s"]
+    return results.markdown_table([*cols, "% of read bw"], rows).splitlines()
 
 
 def section(title: str, intro: str, table: list[str]) -> list[str]:
@@ -139,11 +124,7 @@ def short(kernel: str) -> str:
 def breakdown_table(trees: dict[str, dict]) -> list[str]:
     """Rows with ``kernels_us`` (``bench_moe_decode.py --breakdown-batches``): per tree,
     case and variant, the span per call, the gaps in it and each kernel's time."""
-    lines = [
-        "| tree | shape | act. scale | M | variant | span us | gaps us | kernels (us per call) |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    n = 0
+    rows = []
     for tree, idx in trees.items():
         for key in sorted(idx):
             for variant, r in sorted(idx[key].items()):
@@ -155,25 +136,20 @@ def breakdown_table(trees: dict[str, dict]) -> list[str]:
                     key=lambda p: -p[1],
                 )
                 kernels = ", ".join(f"{name} {t:.1f}" for name, t in parts)
-                lines.append(
-                    f"| {tree} | {key[0]} | {key[1]} | {key[2]} | {variant} | "
-                    f"{k.get('span', 0):.1f} | {k.get('gaps', 0):.1f} | {kernels} |"
-                )
-                n += 1
-    return lines if n else []
+                rows.append(
+                    [tree, *key, variant, f"{k.get('span', 0):.1f}", f"{k.get('gaps', 0):.1f}",
+                     kernels]
+                )  # fmt: skip
+    if not rows:
+        return []
+    head = ["tree", "shape", "act. scale", "M", "variant", "span us", "gaps us"]
+    return results.markdown_table([*head, "kernels (us per call)"], rows).splitlines()
 
 
 def plot(base: dict | None, series: dict, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     shapes = sorted({k[0] for k in series})
     scales = ["static", "dynamic"]
-    fig, axes = plt.subplots(
-        len(scales), len(shapes), figsize=(4.2 * len(shapes), 7), sharey=True, squeeze=False
-    )
+    fig, axes = plots.grid(len(scales), len(shapes), (4.2, 3.5), sharey=True)
     for i, scale in enumerate(scales):
         for j, shape in enumerate(shapes):
             ax = axes[i][j]
@@ -196,16 +172,12 @@ def plot(base: dict | None, series: dict, out: Path) -> None:
                     ax.plot(have, pct, style, label=label)
             ax.axhline(55, color="grey", lw=0.6)
             ax.axhline(80, color="grey", lw=0.6)
-            ax.set_xscale("log", base=2)
-            ax.set_title(f"{shape}, {scale} act. scale", fontsize=9)
-            ax.set_xlabel("tokens")
-            if j == 0:
-                ax.set_ylabel("% of HBM read roofline")
-            ax.grid(alpha=0.3)
+            plots.roofline_axis(ax, f"{shape}, {scale} act. scale", fontsize=9)
+            if j:
+                ax.set_ylabel("")
     axes[0][0].legend(fontsize=8)
-    fig.suptitle("Whole FP8 MoE layer (fused_experts), H200, graph replay, 8 routings cycled")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    title = "Whole FP8 MoE layer (fused_experts), H200, graph replay, 8 routings cycled"
+    plots.save(fig, out, title)
 
 
 def main() -> int:
@@ -220,9 +192,9 @@ def main() -> int:
         ap.error(f"one or two result files, not {len(args.files)}")
     bh, base = None, None
     if len(args.files) == 2:
-        bh, brows = harness.load(args.files[0])
+        bh, brows = results.load(args.files[0])
         base = index(brows)
-    sh, srows = harness.load(args.files[-1])
+    sh, srows = results.load(args.files[-1])
     series = index(srows)
     out = Path(args.out)
     lines = [
@@ -259,7 +231,7 @@ def main() -> int:
             kernels,
         )
     if args.sweep:
-        _, sweep_rows = harness.load(args.sweep)
+        _, sweep_rows = results.load(args.sweep)
         lines += section(
             f"Tiles, split-K, stages and the dynamic scale (`{args.sweep}`)",
             "Time in us of the decode kernels with the heuristic's config and its neighbours, "
@@ -269,7 +241,7 @@ def main() -> int:
             sweep_table(index(sweep_rows)),
         )
     if args.anatomy:
-        ah, _ = harness.load(args.anatomy)
+        ah, _ = results.load(args.anatomy)
         lines += section(
             f"Fixed cost against streaming rate at one token (`{args.anatomy}`)",
             f"`{ah['command']}` ({ah['time']}, read bandwidth "

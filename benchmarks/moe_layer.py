@@ -10,40 +10,43 @@ inside the functions.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-# vseries sits next to benchmarks/; appended, never prepended (see bench_rope_nospec.py).
-sys.path.append(str(Path(__file__).resolve().parents[1]))
-from vseries.lab.platform import mock_h200  # noqa: E402, F401  (the contract tests' stand-in)
+from vseries.lab.platform import mock_h200  # noqa: F401  (the contract tests' stand-in)
 
 
-def fused_moe_config(e: int, topk: int, hidden: int, inter: int, max_num_tokens: int = 8192):
+def fused_moe_config(
+    e: int, topk: int, hidden: int, inter: int, max_num_tokens: int = 8192, routing: str = "TopK"
+):
     """``FusedMoEConfig`` of a layer of ``e`` experts, top-``topk``, hidden size ``hidden``,
-    intermediate size ``inter`` (one rank holds every expert)."""
-    import torch
-    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
-    from vllm.model_executor.layers.fused_moe.config import (
-        FusedMoEConfig,
-        FusedMoEParallelConfig,
-        RoutingMethodType,
-    )
+    intermediate size ``inter`` (one rank holds every expert), as vLLM builds it for one GPU
+    without parallelism; ``routing``: a ``RoutingMethodType`` name (Qwen3 and Mixtral route
+    with ``Renormalize``); the intermediate size's field by either of its names (v0.21.0's
+    ``intermediate_size_per_partition``, later ``intermediate_size``)."""
+    import dataclasses
 
-    return FusedMoEConfig(
+    import torch
+    from vllm.model_executor.layers.fused_moe import config
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+
+    fields = {f.name for f in dataclasses.fields(config.FusedMoEConfig)}
+    size = (
+        "intermediate_size" if "intermediate_size" in fields else "intermediate_size_per_partition"
+    )
+    return config.FusedMoEConfig(
         num_experts=e,
         experts_per_token=topk,
         hidden_dim=hidden,
-        intermediate_size_per_partition=inter,
         num_local_experts=e,
         num_logical_experts=e,
-        moe_parallel_config=FusedMoEParallelConfig.make_no_parallel(),
+        moe_parallel_config=config.FusedMoEParallelConfig.make_no_parallel(),
         activation=MoEActivation.SILU,
         in_dtype=torch.bfloat16,
         device="cuda",
-        routing_method=RoutingMethodType.TopK,
+        routing_method=config.RoutingMethodType[routing],
         max_num_tokens=max_num_tokens,
+        **{size: inter},
     )
 
 

@@ -19,8 +19,8 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from benchmarks import plots
+from vseries import results
 
 KEY = ("shape", "dtype", "m")
 
@@ -31,7 +31,7 @@ def load_runs(paths: list[str]) -> list[dict[tuple, dict]]:
     (``moe_layer-<tree>-r<round>-call<n>.json``) so that they pair up."""
     runs = []
     for p in sorted(paths):
-        _, rows = harness.load(p)
+        _, rows = results.load(p)
         runs.append({(r["shape"], r["dtype"], r["m"], r["variant"]): r for r in rows if r["us"]})
     return runs
 
@@ -46,12 +46,9 @@ def spread(values: list[float], fmt: str = "{:.1f}") -> str:
 def table(base: list[dict], series: list[dict]) -> tuple[str, list[dict]]:
     keys = sorted({k[:3] for run in series for k in run}, key=lambda k: (k[0], k[1], k[2]))
     pairs = list(zip(base, series, strict=False))
-    lines = [
-        "| shape | scales | M | v0.34.0 us | series us | series / v0.34.0 speed-up | "
-        "% roofline v0.34.0 -> series | speed-up of the decode patch (vs series' general) |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    points = []
+    head = ["shape", "scales", "M", "v0.34.0 us", "series us", "series / v0.34.0 speed-up"]
+    head += ["% roofline v0.34.0 -> series", "speed-up of the decode patch (vs series' general)"]
+    lines, points = [], []
     for shape, dtype, m in keys:
         b = [
             r[(shape, dtype, m, "default")]["us"] for r in base if (shape, dtype, m, "default") in r
@@ -83,9 +80,9 @@ def table(base: list[dict], series: list[dict]) -> tuple[str, list[dict]]:
         ]
         roof = f"{statistics.median(rb):.0f}% -> {statistics.median(rs):.0f}%" if rb and rs else "-"
         lines.append(
-            f"| {shape} | {dtype} | {m} | {spread(b)} | {spread(s)} | "
-            f"{spread(ratio, '{:.2f}x')} | {roof} | {spread(dec, '{:.2f}x')} |"
-        )
+            [shape, dtype, m, spread(b), spread(s), spread(ratio, "{:.2f}x"), roof,
+             spread(dec, "{:.2f}x")]
+        )  # fmt: skip
         points.append(
             {
                 "shape": shape, "dtype": dtype, "m": m,
@@ -94,17 +91,12 @@ def table(base: list[dict], series: list[dict]) -> tuple[str, list[dict]]:
                 "roof_series": statistics.median(rs) if rs else None,
             }
         )  # fmt: skip
-    return "\n".join(lines), points
+    return results.markdown_table(head, lines), points
 
 
 def plot(points: list[dict], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     shapes = sorted({p["shape"] for p in points})
-    fig, axes = plt.subplots(1, len(shapes), figsize=(5 * len(shapes), 3.8), squeeze=False)
+    fig, axes = plots.grid(1, len(shapes), (5, 3.8))
     for ax, shape in zip(axes[0], shapes, strict=True):
         for dtype, style in (("static", "-"), ("dynamic", "--")):
             pts = [p for p in points if p["shape"] == shape and p["dtype"] == dtype]
@@ -113,16 +105,10 @@ def plot(points: list[dict], out: Path) -> None:
                     label=f"v0.34.0, {dtype}")  # fmt: skip
             ax.plot(ms, [p["roof_series"] for p in pts], "o" + style, color="tab:blue",
                     label=f"series, {dtype}")  # fmt: skip
-        ax.set_xscale("log", base=2)
-        ax.set_title(shape)
-        ax.set_xlabel("tokens (M)")
-        ax.set_ylabel("% of the read roofline")
+        plots.roofline_axis(ax, shape, "tokens (M)")
         ax.set_ylim(0, 100)
-        ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
-    fig.suptitle("Per-tensor FP8 MoE layer (TRITON backend), H200: v0.34.0 vs the series")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    plots.save(fig, out, "Per-tensor FP8 MoE layer (TRITON backend), H200: v0.34.0 vs the series")
 
 
 def main() -> int:
@@ -133,7 +119,7 @@ def main() -> int:
     ap.add_argument("--command", default="", help="the H200 command that made the runs")
     a = ap.parse_args()
     base, series = load_runs(a.base), load_runs(a.series)
-    head, _ = harness.load(sorted(a.series)[0])
+    head, _ = results.load(sorted(a.series)[0])
     text, points = table(base, series)
     bw = head.get("read_bandwidth_Bps") or 0
     md = (

@@ -3,7 +3,7 @@
     python benchmarks/report.py RESULTS.json [MORE.json ...] --ref base
         --out benchmarks/results/NAME
 
-Inputs are result files of ``benchmarks/harness.py`` (older files too: ``harness.load``
+Inputs are result files of ``benchmarks/harness.py`` (older files too: ``results.load``
 reads them into the same schema). Rows of all inputs are matched on (shape, dtype, m), shown
 as case, dtype, batch; for every variant other than the reference, the ratio is reference
 time / variant time (> 1: the variant is faster). The roofline column is achieved bandwidth /
@@ -14,19 +14,18 @@ Writes NAME.md (with the commands and hardware that produced the figures) and NA
 """
 
 import argparse
-import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from benchmarks import plots
+from vseries import results
 
 
 def load(files: list[Path]) -> tuple[list[dict], list[dict]]:
     """(rows of every file, the files' headers), in the harness's schema."""
     rows, metas = [], []
     for f in files:
-        head, file_rows = harness.load(f)
+        head, file_rows = results.load(f)
         metas.append(head)
         rows += file_rows
     return rows, metas
@@ -46,7 +45,7 @@ def table(rows: list[dict], ref: str) -> tuple[str, list[str]]:
     head = ["case", "dtype"] + (["timing"] if timed else []) + ["batch"]
     head += [f"{v} us" for v in variants]
     head += [f"{v} / {ref}" for v in variants[1:]] + [f"{v} roofline %" for v in variants]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = []
     for (case, dtype, batch), vs in sorted(by_key.items()):
         cells = [case, dtype]
         if timed:
@@ -66,20 +65,15 @@ def table(rows: list[dict], ref: str) -> tuple[str, list[str]]:
             else "-"
             for v in variants
         ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n", variants
+        lines.append(cells)
+    return results.markdown_table(head, lines) + "\n", variants
 
 
 def plot(rows: list[dict], variants: list[str], png: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     panels = sorted({(r["shape"], r.get("dtype", "")) for r in rows})
     cols = min(3, len(panels))
     nrows = (len(panels) + cols - 1) // cols
-    fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 3.6 * nrows), squeeze=False)
+    fig, axes = plots.grid(nrows, cols, (5, 3.6))
     for ax, (case, dtype) in zip(axes.flat, panels, strict=False):
         for v in variants:
             pts = sorted(
@@ -103,9 +97,7 @@ def plot(rows: list[dict], variants: list[str], png: Path, title: str) -> None:
         ax.legend()
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
+    plots.save(fig, png, title)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,8 +17,8 @@ Timing and result file are ``benchmarks/harness.py``'s: CUDA-graph replay with 4
 cycled inside the graph, median and range in us; rows (variants stock, stock_swapped,
 best_swapped, or rule) with roofline %.
 
-    cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched \\
-        python3 <workspace>/benchmarks/swap_ab_modes.py --out swap_ab_modes.json
+    cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched:<ws> \\
+        python3 -m benchmarks.swap_ab_modes --out swap_ab_modes.json
 
 Exit 2 without CUDA or on a tree without the swap-AB patch.
 """
@@ -28,16 +28,15 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_swap_ab as bench  # noqa: E402
-import harness  # noqa: E402
-import tune_swap_ab as tune  # noqa: E402
+from benchmarks import bench_swap_ab as bench
+from benchmarks import harness
+from benchmarks import tune_swap_ab as tune
+from vseries import results
 
 MODES = ("fp8_block", "fp8_per_token", "int8_per_token")
 BATCHES = (1, 4, 16, 64)
@@ -108,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     fm, override_config, result = found
     bw = result["read_bandwidth_Bps"]
-    rows: list[harness.Row] = []
+    rows: list[results.Row] = []
     for mode, (s_idx, name) in itertools.product(args.modes, enumerate(args.shapes)):
         e, topk, h, i = bench.SHAPES[name]
         w1, w2, qc, dtype, bs = make_mode(mode, e, h, i, seed=1000 + s_idx)
@@ -138,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                 if kind not in best or timed.us < best[kind][0].us:
                     best[kind] = (timed, cfg)
             for kind, (timed, cfg) in best.items():
-                row = harness.Row(
+                row = results.Row(
                     "swap-ab-modes", name, mode, batch, kind, round(timed.us, 2),
                     round(timed.us_min, 2), round(timed.us_max, 2), int(nbytes),
                     round(harness.roofline_pct(nbytes, timed.us, bw), 1),
@@ -150,11 +149,11 @@ def main(argv: list[str] | None = None) -> int:
                         {"shape": name, "dtype": mode, "m": batch, "variant": kind, "us": row.us}
                     )
                 )
-            harness.write(args.out, result, rows)
+            results.write(args.out, result, rows)
         del w1, w2
         torch.cuda.empty_cache()
     result["wall_s"] = round(time.monotonic() - t0, 1)
-    harness.write(args.out, result, rows)
+    results.write(args.out, result, rows)
     return 0
 
 

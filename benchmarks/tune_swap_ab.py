@@ -24,8 +24,8 @@ the decode-relevant axes (BLOCK_SIZE_M 16, BLOCK_SIZE_N, BLOCK_SIZE_K, num_stage
 harness's: CUDA-graph replay of the layer with --routing-sets routings of different experts
 cycled inside the graph, so that small batches do not find their weights in L2; median in us.
 
-    cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched \\
-        python3 <workspace>/benchmarks/tune_swap_ab.py --out tune.json --configs-out cfg/
+    cd /root/vllm-patched && PYTHONPATH=/root/site:/root/vllm-patched:<ws> \\
+        python3 -m benchmarks.tune_swap_ab --out tune.json --configs-out cfg/
 
 About 4 minutes on an H200, most of it Triton compiles. Exit 2 without CUDA or on a tree
 without the swap-AB patch.
@@ -43,9 +43,9 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_swap_ab as bench  # noqa: E402  (same folder: the layer's weights and quant config)
-import harness  # noqa: E402
+from benchmarks import bench_swap_ab as bench  # the layer's weights and quant config
+from benchmarks import harness
+from vseries import results
 
 TUNE_SHAPES = ("qwen3-30b-a3b", "dsv3-tp8")
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     t0 = time.monotonic()
     if args.write_from:  # a result file of this script (the harness's, or an older one)
-        earlier, _ = harness.load(args.write_from)
+        earlier, _ = results.load(args.write_from)
         write_configs(earlier, args.configs_out, earlier["gpu"].replace(" ", "_"))
         return 0
     found = patched_moe("swap-ab-tune")
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         best=[],
     )
     bw = result["read_bandwidth_Bps"]
-    rows: list[harness.Row] = []  # default_base, default_patched, tuned_* per batch
+    rows: list[results.Row] = []  # default_base, default_patched, tuned_* per batch
     for s_idx, name in enumerate(args.shapes):
         e, topk, h, i = bench.SHAPES[name]
         w1, w2 = bench.make_weights(e, h, i, "fp8_w8a8_per_tensor", seed=1000 + s_idx)
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                 ("tuned_swapped", best_s),
             ):
                 rows.append(
-                    harness.Row(
+                    results.Row(
                         "swap-ab-tune",
                         name,
                         "fp8_w8a8_per_tensor",
@@ -247,13 +247,13 @@ def main(argv: list[str] | None = None) -> int:
                 )
             print(json.dumps(summary), flush=True)
             # written after every batch: partial results survive a timeout
-            harness.write(args.out, result, rows)
+            results.write(args.out, result, rows)
             if args.configs_out:
                 write_configs(result, args.configs_out, device_name)
         del w1, w2
         torch.cuda.empty_cache()
     result["wall_s"] = round(time.monotonic() - t0, 1)
-    harness.write(args.out, result, rows)
+    results.write(args.out, result, rows)
     return 0
 
 

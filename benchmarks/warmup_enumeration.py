@@ -29,9 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
-import moe_layer  # noqa: E402
+from benchmarks import harness, moe_layer, plots, shapes
+from vseries import results
 
 MAX_TOKENS = (8192, 16384, 40960, 131072)
 
@@ -59,12 +58,7 @@ def layer(e: int, topk: int, hidden: int, inter: int):
 
 def report(path: str, out: Path) -> None:
     """OUT.md (seconds per walk, median and range, and per batch size) and OUT.png."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    head, rows = harness.load(path)
+    head, rows = results.load(path)
     lines = [
         "# Fused-MoE warm-up: host time of the variant enumeration (patch 0004)",
         "",
@@ -73,18 +67,17 @@ def report(path: str, out: Path) -> None:
         f"{path} --out {out}`. One walk per distinct MoE layer shape of a model, at start-up, "
         "before the compiles; per-tensor FP8, dynamic activation scales.",
         "",
-        "| shape | max_num_batched_tokens | walk s, median (range) | us per batch size "
-        "| variants (warm-up calls) |",
-        "|---|---|---|---|---|",
     ]
-    fig, ax = plt.subplots(figsize=(6, 4))
+    table = []
+    fig, axes = plots.grid(1, 1, (6, 4))
+    ax = axes[0][0]
     for shape in sorted({r["shape"] for r in rows}):
         mine = sorted((r for r in rows if r["shape"] == shape), key=lambda r: r["m"])
         for r in mine:
-            lines.append(
-                f"| {shape} | {r['m']} | {r['us'] / 1e6:.3f} ({r['us_min'] / 1e6:.3f}-"
-                f"{r['us_max'] / 1e6:.3f}) | {r['us'] / r['m']:.1f} | {r['variants']} |"
-            )
+            table.append(
+                [shape, r["m"], f"{r['us'] / 1e6:.3f} ({r['us_min'] / 1e6:.3f}-"
+                 f"{r['us_max'] / 1e6:.3f})", f"{r['us'] / r['m']:.1f}", r["variants"]]
+            )  # fmt: skip
         ax.plot([r["m"] for r in mine], [r["us"] / 1e6 for r in mine], "o-", label=shape)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -93,8 +86,9 @@ def report(path: str, out: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title("Fused-MoE warm-up: variant enumeration per layer shape", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=110)
+    plots.save(fig, out.with_suffix(".png"))
+    head = ["shape", "max_num_batched_tokens", "walk s, median (range)", "us per batch size"]
+    lines += [results.markdown_table([*head, "variants (warm-up calls)"], table)]
     lines += ["", f"![enumeration time]({out.name}.png)"]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print(f"wrote {out.with_suffix('.md')} and {out.with_suffix('.png')}")
@@ -105,7 +99,7 @@ def main() -> int:
     ap.add_argument("--variant", help="name of the tree, e.g. series")
     ap.add_argument("--out", required=True, help="result JSON (with --report: OUT.md, OUT.png)")
     ap.add_argument("--report", metavar="JSON", help="write the table and plot of a result file")
-    ap.add_argument("--shapes", nargs="*", default=list(harness.MOE_SHAPES))
+    ap.add_argument("--shapes", nargs="*", default=list(shapes.MOE_SHAPES))
     ap.add_argument("--max-tokens", nargs="*", type=int, default=list(MAX_TOKENS))
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
@@ -125,7 +119,7 @@ def main() -> int:
     fm.current_platform = moe_layer.mock_h200()
     rows = []
     for shape in args.shapes:
-        fake, experts = layer(*harness.MOE_SHAPES[shape])
+        fake, experts = layer(*shapes.MOE_SHAPES[shape])
         for n in args.max_tokens:
             times, variants = [], 0
             for _ in range(args.reps):
@@ -135,7 +129,7 @@ def main() -> int:
                 times.append(time.perf_counter() - t0)
             med = statistics.median(times)
             rows.append(
-                harness.Row(
+                results.Row(
                     "warmup-enumeration",
                     shape,
                     "fp8_per_tensor_dynamic",
@@ -160,7 +154,7 @@ def main() -> int:
         None,
         host=f"{cpu or 'unknown CPU'}, {os.cpu_count()} cores (mocked SM90 H200)",
     )
-    harness.write(args.out, head, rows)
+    results.write(args.out, head, rows)
     return 0
 
 

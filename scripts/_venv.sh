@@ -47,7 +47,8 @@ if ! wanted | cmp -s - "$stamp" 2>/dev/null; then
   echo "setup: installing the workspace requirements into $VIRTUAL_ENV"
   python -m pip install -q --upgrade pip
   python -m pip install -q -r requirements/workspace.txt
-  # strict: link only the vseries package, not the root (whose vllm/ would shadow vLLM)
+  # strict: link only the packages (vseries, benchmarks), not the root (whose vllm/ would
+  # shadow vLLM)
   python -m pip install -q --no-build-isolation --no-deps -e . \
     --config-settings editable_mode=strict
   wanted > "$stamp"

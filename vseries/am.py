@@ -4,7 +4,8 @@ apply (the series on the pin), rebase (the series on a new release) and prs (one
 on the base) all make their commits here: ``git am -3 -k`` with a fixed committer and the
 author date as committer date, so the same series on the same base gives the same commit ids
 on every machine. Also here: which file and hunk stopped a patch, and which commits of a
-branch are not the series' (a reset would lose them).
+branch are not the series' (a reset would lose them: the work-at-risk check of apply and
+rebase).
 """
 
 import re
@@ -98,3 +99,22 @@ def foreign_commits(vdir: Path, base: str, tip: str, want: list[str]) -> list[st
         if pid not in want:
             out.append(git.run(vdir, "log", "-1", "--format=%h %s", c))
     return out
+
+
+def tips(vdir: Path) -> list[str]:
+    """The commits a reset of vdir would move away from: HEAD and the branch ``series``."""
+    return sorted({git.rev(vdir, "HEAD"), git.rev(vdir, BRANCH)} - {None, ""})
+
+
+def reset_would_lose(vdir: Path, pinned: str, want: list[str]) -> list[str]:
+    """The commits of vdir that a reset to the pin would lose: '<short id> <subject>' of each
+    commit on a tip (``tips``) that is not one of the series' patches (``want``: their
+    patch-ids), and '<short id> (not on the pin <id>)' for a tip that does not descend from
+    the pin. apply keeps a backup of them (--force) or refuses; rebase refuses."""
+    lost = []
+    for tip in tips(vdir):
+        if git.ok(vdir, "merge-base", "--is-ancestor", pinned, tip):
+            lost += foreign_commits(vdir, pinned, tip, want)
+        else:
+            lost.append(f"{tip[:12]} (not on the pin {pinned[:12]})")
+    return list(dict.fromkeys(lost))

@@ -14,13 +14,14 @@ from pathlib import Path
 
 from vseries import git, materialise, patchfile, series
 from vseries import pin as pinmod
-from vseries.am import AM_ENV, BRANCH, am, elsewhere, explain, foreign_commits, wanted_ids
+from vseries.am import AM_ENV, BRANCH, am, elsewhere, explain, reset_would_lose, wanted_ids
+from vseries.am import tips as am_tips
 from vseries.errors import SeriesError
 from vseries.workspace import Workspace
 
 
 def _edited_patches(
-    vdir: Path, pinned: str, tips: set, want: list[str], entries: list[series.Entry]
+    vdir: Path, pinned: str, tips: list[str], want: list[str], entries: list[series.Entry]
 ) -> list[str]:
     """Series files whose vllm/ commit (same subject) has another diff: the file was edited."""
     wanted_by_subject = {}
@@ -28,7 +29,7 @@ def _edited_patches(
         subject = patchfile.message(e.path.read_text(errors="replace")).split("\n", 1)[0]
         wanted_by_subject[subject] = (e.name, pid)
     edited = []
-    for tip in sorted(t for t in tips if t):
+    for tip in tips:
         for c, pid in git.commit_patch_ids(vdir, pinned, tip):
             name, want_pid = wanted_by_subject.get(
                 git.run(vdir, "log", "-1", "--format=%s", c), (None, None)
@@ -36,6 +37,75 @@ def _edited_patches(
             if name and pid != want_pid and name not in edited:
                 edited.append(name)
     return edited
+
+
+def holds_series(vdir: Path, pinned: str, want: list[str], entries: list[series.Entry]) -> bool:
+    """True when HEAD is the pin + exactly the series: the same patch-ids and commit messages."""
+    if not git.ok(vdir, "merge-base", "--is-ancestor", pinned, "HEAD"):
+        return False
+    held = git.commit_patch_ids(vdir, pinned, "HEAD")
+    return [pid for _, pid in held] == want and all(
+        git.same_message(
+            git.run(vdir, "log", "-1", "--format=%B", c),
+            patchfile.message(e.path.read_text(errors="replace")),
+        )
+        for (c, _), e in zip(held, entries, strict=True)
+    )
+
+
+def refuse(at_risk: list[str], dirty: list[str], edited: list[str]) -> None:
+    """Raise the SeriesError of work that applying the series would drop, with the command
+    that keeps it (refresh, commit) or drops it after a backup (--force)."""
+    if edited and not dirty:
+        hint = (
+            "scripts/apply.sh --force   # apply the edited patch files (vllm/'s commits are "
+            "kept under refs/vseries/backup/); or scripts/refresh.sh to overwrite them "
+            "with vllm/'s version"
+        )
+    else:
+        hint = (
+            "git -C vllm add -A && git -C vllm commit -s && scripts/refresh.sh   # keep "
+            "it (untracked files too) as a patch; "
+            if dirty
+            else "scripts/refresh.sh   # export your commits into patches/ first; "
+        ) + "or scripts/apply.sh --force   # keeps a backup ref, then resets"
+    raise SeriesError(
+        "vllm/ holds work that applying the series would drop:\n"
+        + "\n".join(f"  {x}" for x in at_risk)
+        + "".join(f"\n  (patches/{n} changed since vllm/ was applied)" for n in edited),
+        hint,
+    )
+
+
+def keep_backups(vdir: Path, tips: list[str], dirty: list[str]) -> tuple[str | None, list[str]]:
+    """--force: each tip under ``refs/vseries/backup/<time>``, uncommitted work stashed and
+    kept under ``...-worktree``. Returns (the stash commit or None, the backup refs)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    backups = []
+    for i, tip in enumerate(tips):
+        ref = f"refs/vseries/backup/{stamp}" + (f"-{i}" if i else "")
+        git.run(vdir, "update-ref", ref, tip)
+        backups.append(ref)
+        print(f"apply: backup of {tip[:12]} kept as {ref}")
+    if not dirty:
+        return None, backups
+    git.run(
+        vdir,
+        "stash",
+        "push",
+        "--include-untracked",
+        "-m",
+        f"vseries apply --force backup {stamp}",
+        env=AM_ENV,
+    )
+    stash = git.rev(vdir, "stash@{0}")
+    git.run(vdir, "update-ref", f"refs/vseries/backup/{stamp}-worktree", stash)
+    backups.append(f"refs/vseries/backup/{stamp}-worktree")
+    print(
+        f"apply: uncommitted work stashed (git -C vllm stash show -p {stash[:12]}) "
+        f"and kept as refs/vseries/backup/{stamp}-worktree"
+    )
+    return stash, backups
 
 
 def apply(
@@ -63,79 +133,17 @@ def apply(
     want = wanted_ids(vdir, entries)
     dirty = git.dirty(vdir)
     branch, head = git.head_branch(vdir), git.rev(vdir, "HEAD")
-    if (
-        branch == BRANCH
-        and not dirty
-        and git.ok(vdir, "merge-base", "--is-ancestor", pinned, "HEAD")
-    ):
-        held = git.commit_patch_ids(vdir, pinned, "HEAD")
-        if [pid for _, pid in held] == want and all(
-            git.same_message(
-                git.run(vdir, "log", "-1", "--format=%B", c),
-                patchfile.message(e.path.read_text(errors="replace")),
-            )
-            for (c, _), e in zip(held, entries, strict=True)
-        ):
-            print(
-                f"apply: vllm/ already holds the series ({len(want)} patches on "
-                f"{pin.tag}); nothing changed"
-            )
-            return git.run(vdir, "rev-list", "--reverse", f"{pinned}..HEAD").split()
+    if branch == BRANCH and not dirty and holds_series(vdir, pinned, want, entries):
+        held = f"{len(want)} patches on {pin.tag}"
+        print(f"apply: vllm/ already holds the series ({held}); nothing changed")
+        return git.run(vdir, "rev-list", "--reverse", f"{pinned}..HEAD").split()
 
+    tips = am_tips(vdir)
     at_risk = [f"uncommitted: {d}" for d in dirty[:10]]
-    tips = {head} | ({git.rev(vdir, BRANCH)} if git.rev(vdir, BRANCH) else set())
-    for tip in sorted(t for t in tips if t):
-        at_risk += [
-            f"commit not in the series: {c}" for c in foreign_commits(vdir, pinned, tip, want)
-        ]
-    at_risk = list(dict.fromkeys(at_risk))
-    stash = None
-    backups: list[str] = []
+    at_risk += [f"commit not in the series: {c}" for c in reset_would_lose(vdir, pinned, want)]
     if at_risk and not force:
-        edited = _edited_patches(vdir, pinned, tips, want, entries)
-        if edited and not dirty:
-            hint = (
-                "scripts/apply.sh --force   # apply the edited patch files (vllm/'s commits are "
-                "kept under refs/vseries/backup/); or scripts/refresh.sh to overwrite them "
-                "with vllm/'s version"
-            )
-        else:
-            hint = (
-                "git -C vllm add -A && git -C vllm commit -s && scripts/refresh.sh   # keep "
-                "it (untracked files too) as a patch; "
-                if dirty
-                else "scripts/refresh.sh   # export your commits into patches/ first; "
-            ) + "or scripts/apply.sh --force   # keeps a backup ref, then resets"
-        raise SeriesError(
-            "vllm/ holds work that applying the series would drop:\n"
-            + "\n".join(f"  {x}" for x in at_risk)
-            + "".join(f"\n  (patches/{n} changed since vllm/ was applied)" for n in edited),
-            hint,
-        )
-    if at_risk:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        for i, tip in enumerate(sorted(t for t in tips if t)):
-            ref = f"refs/vseries/backup/{stamp}" + (f"-{i}" if i else "")
-            git.run(vdir, "update-ref", ref, tip)
-            backups.append(ref)
-            print(f"apply: backup of {tip[:12]} kept as {ref}")
-        if dirty:
-            git.run(
-                vdir,
-                "stash",
-                "push",
-                "--include-untracked",
-                "-m",
-                f"vseries apply --force backup {stamp}",
-                env=AM_ENV,
-            )
-            stash = git.rev(vdir, "stash@{0}")
-            git.run(vdir, "update-ref", f"refs/vseries/backup/{stamp}-worktree", stash)
-            backups.append(f"refs/vseries/backup/{stamp}-worktree")
-            print(
-                f"apply: uncommitted work stashed (git -C vllm stash show -p {stash[:12]}) "
-                f"and kept as refs/vseries/backup/{stamp}-worktree"
-            )
+        refuse(at_risk, dirty, _edited_patches(vdir, pinned, tips, want, entries))
+    stash, backups = keep_backups(vdir, tips, dirty) if at_risk else (None, [])
 
     orig = branch or head
     git.run(vdir, "checkout", "-q", "--detach", pinned)

@@ -21,6 +21,7 @@ import tomllib
 from pathlib import Path
 
 from vseries import pytestrun
+from vseries.results import markdown_table
 
 HERE = Path(__file__).resolve().parent.parent
 
@@ -73,9 +74,12 @@ def count(res: dict[str, str]) -> str:
     return ", ".join(f"{v} {k}" for k, v in c.items() if v) or "none"
 
 
-def report(lines: list[str], problems: list[str], pending: list[str]) -> str:
+HEAD = ("selection", "base", "patched", "time base / patched (s)")
+
+
+def report(rows: list[list[str]], problems: list[str], pending: list[str]) -> str:
     """The Markdown report: the table, the regressions, and the selections not yet run."""
-    out = lines + [""]
+    out = [markdown_table(HEAD, rows), ""]
     out += (
         ["Regressions:"] + [f"- {p}" for p in problems]
         if problems
@@ -102,11 +106,11 @@ def compare(
     ``out``: the report is written there after each selection (the rest listed as not run).
     """
     work.mkdir(parents=True, exist_ok=True)
-    lines = ["| selection | base | patched | time base / patched (s) |", "|---|---|---|---|"]
+    rows: list[list[str]] = []
     problems = []
     names = [f"`{s['path']}`" + (f" -k `{s['k']}`" if s.get("k") else "") for s in sels]
     if out:
-        out.write_text(report(lines, problems, names))
+        out.write_text(report(rows, problems, names))
     for i, sel in enumerate(sels):
         name = names[i]
         pres, pres_code, pt = run_selection(patched, sel, work / f"p{i}.xml", pythonpath, jobs)
@@ -115,8 +119,8 @@ def compare(
         else:
             bres, _, bt = run_selection(base, sel, work / f"b{i}.xml", pythonpath, jobs)
             btxt = count(bres)
-        lines.append(f"| {name} | {btxt} | {count(pres)} | {bt:.0f} / {pt:.0f} |")
-        print("upstream:", lines[-1], flush=True)  # seen even if a host limit cuts the run
+        rows.append([name, btxt, count(pres), f"{bt:.0f} / {pt:.0f}"])
+        print("upstream:", " | ".join(rows[-1]), flush=True)  # seen if a host limit cuts the run
         if pres_code == 124:
             problems.append(f"{name}: timed out after {sel['timeout']} s on the patched tree")
         elif pres_code == 5 or not pres:
@@ -126,8 +130,8 @@ def compare(
                 was = bres.get(tid, "absent")
                 problems.append(f"{tid}: {res} patched, {was} on base")
         if out:
-            out.write_text(report(lines, problems, names[i + 1 :]))
-    return report(lines, problems, []), not problems
+            out.write_text(report(rows, problems, names[i + 1 :]))
+    return report(rows, problems, []), not problems
 
 
 def has_xdist() -> bool:

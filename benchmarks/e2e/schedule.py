@@ -10,13 +10,19 @@ integer-uniform lengths (``--random-range-ratio`` as a JSON dict, input and outp
 A cell is (workload, max concurrency). Runs alternate the trees: within one repetition every
 cell runs once per tree, back to back, and the tree order is reversed every repetition (and
 every other process), so no tree always goes first. ``num_prompts`` is sized for a run of
-about ``target_s`` seconds from a rough H200 model (``est_request_rate``), then from the
-request rate measured in earlier repetitions of the same cell (``calibrated``).
+about ``target_s`` seconds from a rough H200 model (``est_request_rate``, from the model's
+record: ``benchmarks/shapes.py`` ``cost``), then from the request rate measured in earlier
+repetitions of the same cell (``calibrated``). ``Sizing`` holds that for one session: the
+rates seen so far, the prompts of each repetition, what a run, a probe and a server process
+cost in seconds; ``Budget`` the seconds left.
 """
 
 import json
 import math
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
+
+from benchmarks.shapes import PROBE_LENGTHS, Cost
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,10 @@ class Workload:
             max(1, math.ceil(self.output_len * (1 + self.output_ratio))),
         )
 
+    def longest(self) -> int:
+        """Tokens of its longest request: the longest prompt and output."""
+        return self.input_range()[1] + self.output_range()[1]
+
     def bench_args(self) -> list[str]:
         """The dataset arguments of ``vllm bench serve`` / ``vllm bench throughput``."""
         ratio = json.dumps({"input": self.input_ratio, "output": self.output_ratio})
@@ -63,26 +73,6 @@ WORKLOADS = {
     "prefill": Workload("prefill", 1536, 16, 0.3333, 0.0),
 }
 CONCURRENCIES = (1, 4, 16, 64)
-# Probe: single requests at prompt lengths the warm-up did not use (tokens).
-PROBE_LENGTHS = (3, 17, 100, 129, 257, 511, 777, 1000, 1500, 2047)
-# deepseek-v4: what patch 3 changes is _fused_inv_rope_fp8_quant_per_head's specialisation on
-# num_tokens and scale_stride_k = num_tokens rounded up to 4 (Triton keys an int on "== 1"
-# and "divisible by 16"; v1/attention/ops/deepseek_v4_ops/fused_inv_rope_fp8_quant.py
-# :198-214). Start-up meets (1, -), (-, -) and (16, 16); (-, 16) first comes with an eager
-# prefill of L = 13, 14 or 15 (mod 16) tokens. Every other length of a new size bucket would
-# confound it: mHC's n_splits = f(cdiv(L, 64)) (model_executor/layers/mhc.py:273, 665) is a new
-# tilelang / DeepGEMM JIT per 64-token bucket. So every length is in the bucket 961..1024
-# (n_splits 8 on 132 SMs, not met at start-up), above the largest CUDA-graph capture size
-# (eager, exact L tokens). Order: 968 first (== 8 mod 16: no new rope variant; pays the
-# bucket's JIT), 1000 (== 8: a control), then 1021 (== 13: the base tree's new variant), 1022
-# and 1023 (== 14, 15: the same key, no second compile), 973 (== 13), 1008 (== 0: a control).
-PROBE_LENGTHS_DEEPSEEK_V4 = (968, 1000, 1021, 1022, 1023, 973, 1008)
-PROBE_BY_ARCH = {"deepseek-v4": PROBE_LENGTHS_DEEPSEEK_V4}
-
-
-def probe_lengths(arch: str | None) -> tuple[int, ...]:
-    """The probe's prompt lengths for ``arch`` (PROBE_BY_ARCH, else PROBE_LENGTHS)."""
-    return PROBE_BY_ARCH.get(arch or "", PROBE_LENGTHS)
 
 
 @dataclass(frozen=True)
@@ -102,15 +92,6 @@ PRESETS = {
     # repetition; 2 repetitions per process are planned in, a 3rd runs when time is left
     # (README.md, "Sizing the quick preset")
     "quick": Preset((("decode", 4), ("prefill", 16)), 3, 5.0, 2),
-}
-
-# Rough H200 costs at full depth, per architecture: decode step = a + b * batch (ms),
-# prefill = p ms per prompt token. Only used to size num_prompts before a cell has run.
-COST = {
-    "qwen3-30b-a3b": {"a_ms": 7.0, "b_ms": 0.10, "p_ms": 0.02},
-    "mixtral-8x7b": {"a_ms": 9.0, "b_ms": 0.10, "p_ms": 0.05},
-    # a guess (nothing measured): 43 layers of 4096 wide, 6 of 256 experts, sparse attention
-    "deepseek-v4": {"a_ms": 15.0, "b_ms": 0.15, "p_ms": 0.06},
 }
 
 
@@ -134,12 +115,12 @@ def parse_cells(text: str) -> tuple[tuple[str, int], ...]:
     return tuple(cells)
 
 
-def est_request_rate(arch: str, depth: float, w: Workload, c: int) -> float:
-    """Requests per second at concurrency ``c`` (``depth`` = layers / full layers): the lower
-    of c / request latency and the prefill-bound rate. A guess, good to a factor of ~2."""
-    k = COST.get(arch, COST["qwen3-30b-a3b"])
-    step_s = (k["a_ms"] + k["b_ms"] * c) * depth / 1e3
-    prefill_s = w.input_len * k["p_ms"] * depth / 1e3
+def est_request_rate(cost: Cost, depth: float, w: Workload, c: int) -> float:
+    """Requests per second at concurrency ``c`` of a model of the record's ``cost``
+    (``depth`` = layers / full layers): the lower of c / request latency and the
+    prefill-bound rate. A guess, good to a factor of ~2."""
+    step_s = (cost.a_ms + cost.b_ms * c) * depth / 1e3
+    prefill_s = w.input_len * cost.p_ms * depth / 1e3
     latency = prefill_s + w.output_len * step_s
     return min(c / latency, 1.0 / prefill_s)
 
@@ -203,8 +184,120 @@ def plan(trees: list[str], cells, reps: int, process: int) -> list[Run]:
 def max_model_len(cells, probe: tuple[int, ...] = PROBE_LENGTHS, margin: int = 256) -> int:
     """The --max-model-len that fits every prompt + output of the cells and the probe, with
     ``margin`` tokens for the random dataset's re-tokenisation, rounded up to 256."""
-    need = max(
-        [max(probe) + 1]
-        + [WORKLOADS[w].input_range()[1] + WORKLOADS[w].output_range()[1] for w, _ in cells]
-    )
+    need = max([max(probe) + 1] + [WORKLOADS[w].longest() for w, _ in cells])
     return int(math.ceil((need + margin) / 256) * 256)
+
+
+RESERVE_S = 30.0  # kept for stopping servers and flushing, on top of every estimate
+RUN_OVERHEAD_S = 4.0  # per bench run: dataset sampling, ready check, warm-up requests
+STOP_S = 15.0  # stopping the servers of one process and reading their logs
+PROBE_S = 0.75  # per probe request (a prefill of <= 2047 tokens, maybe a JIT compile)
+
+
+class Budget:
+    """Seconds left before the caller's limit, less RESERVE_S."""
+
+    def __init__(self, budget_s: float):
+        self.t0, self.budget_s = time.monotonic(), budget_s
+
+    def left(self) -> float:
+        return self.budget_s - RESERVE_S - (time.monotonic() - self.t0)
+
+    def fits(self, cost_s: float) -> bool:
+        return cost_s <= self.left()
+
+
+@dataclass
+class Sizing:
+    """The sizes and costs of one session's runs. ``rates``: (tree, workload, concurrency) ->
+    observed req/s of this model (resumed records included, then each run as it ends:
+    ``observe``); a cell's rate pools every tree's (``rate``). ``nprompts``: (workload,
+    concurrency, process, rep) -> the prompts of that repetition; ``startups``: seconds of
+    each server start-up seen."""
+
+    cost: Cost
+    depth: float
+    trees: tuple[str, ...]
+    target_s: float
+    probe_lengths: tuple[int, ...]
+    startup_estimate_s: float
+    rates: dict[tuple, list[float]] = field(default_factory=dict)
+    nprompts: dict[tuple, int] = field(default_factory=dict)
+    startups: list[float] = field(default_factory=list)
+
+    def observe(self, tree: str, w: str, c: int, completed: int, duration: float) -> None:
+        """A run of ``completed`` requests in ``duration`` seconds."""
+        self.rates.setdefault((tree, w, c), []).append(completed / duration)
+
+    def rate(self, w: str, c: int) -> float:
+        """Request rate (req/s) a cell's prompts are sized for: the fastest tree's median over
+        its observed runs of the cell (resumed ones included), else the estimate. Sized for
+        the fastest tree, every tree's run lasts at least ``target_s``; a slower tree's longer
+        run is costed by ``run_cost``. While some of this session's trees have no run of the
+        cell yet, each observed tree's median counts at its speed scaled by its ``slowness``
+        (how much slower than the fastest tree it ran in other cells): in round 12 the first
+        mixed c=64 run was the base's (FlashInfer, ~4x slower), and sizing the next repetition
+        at its rate gave the Triton trees 3-s runs."""
+        est = est_request_rate(self.cost, self.depth, WORKLOADS[w], c)
+        observed = {
+            t: calibrated(est, rs)
+            for (t, w2, c2), rs in self.rates.items()
+            if (w2, c2) == (w, c) and rs
+        }
+        if not observed:
+            return est
+        if all(n in observed for n in self.trees):
+            return max(observed.values())
+        return max(r * slowness(self.rates, t) for t, r in observed.items())
+
+    def prompts(self, w: str, c: int) -> int:
+        return num_prompts(self.rate(w, c), self.target_s, c)
+
+    def prompts_for(self, run: Run) -> int:
+        """num_prompts of a run, fixed at the first tree's run of its repetition so that
+        every tree of the repetition gets the same prompts."""
+        k = (run.workload, run.concurrency, run.process, run.rep)
+        if k not in self.nprompts:
+            self.nprompts[k] = self.prompts(run.workload, run.concurrency)
+        return self.nprompts[k]
+
+    def run_cost(self, run: Run) -> float:
+        """Seconds of one tree's run: its prompts at the tree's own observed rate in this cell,
+        else at the cell's rate slowed by how much slower the tree ran elsewhere
+        (``slowness``); the timeout is 4x this."""
+        k = (run.workload, run.concurrency, run.process, run.rep)
+        n = self.nprompts.get(k) or self.prompts(run.workload, run.concurrency)
+        own = self.rates.get((run.tree, run.workload, run.concurrency))
+        if own:
+            rate = calibrated(0.0, own)
+        else:
+            rate = self.rate(run.workload, run.concurrency) / slowness(self.rates, run.tree)
+        return n / rate + RUN_OVERHEAD_S
+
+    def probe_cost(self, n_trees: int) -> float:
+        """Seconds of the probe: PROBE_S per request, two requests per length and tree."""
+        return len(self.probe_lengths) * 2 * n_trees * PROBE_S
+
+    def startup_est(self) -> float:
+        """The slowest start-up seen so far, else the estimate given."""
+        return max(self.startups) if self.startups else self.startup_estimate_s
+
+    def process_need(self, runs: list[Run], probes: list[str], min_reps: int) -> float:
+        """Seconds one process needs at least: start-up, probe, its runs of the first
+        ``min_reps`` repetitions, stop."""
+        first = sum(self.run_cost(r) for r in runs if r.rep < min_reps)
+        return self.startup_est() + self.probe_cost(len(probes)) + first + STOP_S
+
+    def reserve_for_later(self, later: list, left: float, min_reps: int) -> float:
+        """Seconds to keep for the later processes ``later`` ([(index, (runs, probes))], in
+        order) out of ``left``: the needs (``process_need``) of those that fit one after
+        another; none once one does not fit, since it would not start. Keeping time for a
+        process that cannot start only idles the GPU: round 12 stopped a process with 110 s
+        left, kept for one that needed 168 s."""
+        kept = 0.0
+        for _, (runs, probes) in later:
+            need = self.process_need(runs, probes, min_reps)
+            if kept + need > left:
+                break
+            kept += need
+        return kept

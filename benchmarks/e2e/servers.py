@@ -1,19 +1,12 @@
-"""vLLM servers for the runner: memory plan, command line, environment, start, ready, stop.
+"""vLLM servers for the runner: command line, environment, start, ready, stop.
 
-Several servers (one per tree) share one GPU. vLLM v0.21.0 checks at worker start that the
-free memory is at least ``--gpu-memory-utilization`` x total (vllm/v1/worker/utils.py
-``request_memory``), and without ``--kv-cache-memory-bytes`` it profiles and asserts that
-the free memory did not grow meanwhile (vllm/v1/worker/gpu_worker.py
-``determine_available_memory``), which another server starting or stopping breaks. So every
-server gets ``--kv-cache-memory-bytes`` (profiling and that assertion are skipped; the KV cache
-is exactly that size) and a ``--gpu-memory-utilization`` share of 0.9 / servers per GPU,
-which passes the free-memory check whatever the others have loaded as long as the memory
-plan holds (each server's weights + KV + overhead <= its share).
+One server is one process group (``Server``): spawned in its own session, so that stopping it
+ends the API server, EngineCore and any TP workers and nothing else. Its command line
+(``server_command``) passes the memory plan's share and KV-cache bytes (memory.py).
 """
 
 import contextlib
 import json
-import math
 import os
 import signal
 import socket
@@ -22,9 +15,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-GIB = 1 << 30
-H200_BYTES = 143771 * (1 << 20)  # nvidia-smi memory.total of an H200 SXM (MiB)
-OVERHEAD_BYTES = 6 * GIB  # activations, CUDA graphs, CUDA context, workspaces (a guess)
 # Every server, whatever the model. Model-specific settings (VLLM_USE_DEEP_GEMM: 0 for the
 # per-tensor models, 1 for deepseek-v4) come from models.model_env via VSERIES_MODEL.json.
 ENV_ALWAYS = {
@@ -37,112 +27,6 @@ ENV_ALWAYS = {
     "VLLM_LOGGING_COLOR": "0",
     "PYTHONUNBUFFERED": "1",
 }
-
-
-def weight_bytes(cfg: dict) -> int:
-    """Device bytes of the weights of a Qwen3-MoE / Mixtral config served as per-tensor FP8:
-    linear and expert weights 1 byte per parameter, embeddings, LM head and router in bf16.
-    DeepSeek-V4 configs: ``weight_bytes_deepseek_v4``."""
-    if cfg.get("model_type") == "deepseek_v4":
-        return weight_bytes_deepseek_v4(cfg)
-    h, layers = cfg["hidden_size"], cfg["num_hidden_layers"]
-    heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    hd = cfg.get("head_dim") or h // heads
-    experts = cfg.get("num_experts") or cfg.get("num_local_experts")
-    inter = cfg.get("moe_intermediate_size") or cfg["intermediate_size"]
-    attn = h * heads * hd * 2 + h * kv * hd * 2
-    moe = experts * 3 * h * inter
-    router = h * experts * 2
-    embed = cfg["vocab_size"] * h * 2 * (1 if cfg.get("tie_word_embeddings") else 2)
-    return layers * (attn + moe + router) + embed
-
-
-def weight_bytes_deepseek_v4(cfg: dict) -> int:
-    """Device bytes of a DeepSeek-V4 config with block-FP8 linears and experts
-    (``expert_dtype`` fp8: 1 byte per parameter; the 128x128 block scales, norms, mHC and the
-    hash-routing table add < 1%), embeddings and LM head in bf16. Per layer: wq_a (h x
-    q_lora), wq_b (q_lora x heads * head_dim), wkv (h x head_dim), wo_a (heads * head_dim x
-    o_lora), wo_b (o_groups * o_lora x h), the indexer's wq_b (q_lora x index heads x index
-    head_dim) as an upper bound for every layer, routed + shared experts (3 x h x
-    moe_intermediate each), router (h x experts, bf16). 4 layers: ~28.5 GB (26.5 GiB)."""
-    h, layers = cfg["hidden_size"], cfg["num_hidden_layers"]
-    qd = cfg["num_attention_heads"] * cfg["head_dim"]
-    q_lora, o_lora = cfg["q_lora_rank"], cfg["o_lora_rank"]
-    attn = (
-        h * q_lora
-        + q_lora * qd
-        + h * cfg["head_dim"]
-        + qd * o_lora
-        + cfg["o_groups"] * o_lora * h
-        + q_lora * cfg["index_n_heads"] * cfg["index_head_dim"]
-    )
-    experts = cfg["n_routed_experts"] + (cfg.get("n_shared_experts") or 0)
-    moe = experts * 3 * h * cfg["moe_intermediate_size"]
-    router = h * cfg["n_routed_experts"] * 2
-    embed = cfg["vocab_size"] * h * 2 * (1 if cfg.get("tie_word_embeddings") else 2)
-    return layers * (attn + moe + router) + embed
-
-
-def kv_bytes_per_token(cfg: dict, tp: int = 1) -> int:
-    """bf16 KV cache bytes per token on one GPU (K and V, every layer, kv heads / tp). For
-    DeepSeek-V4 (1 latent head of 512, fp8_ds_mla: 656 bytes a token in a full layer, less in
-    compressed ones) this is a generous bound of 2048 bytes a token a layer."""
-    hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-    kv = max(1, cfg["num_key_value_heads"] // tp)
-    return cfg["num_hidden_layers"] * 2 * kv * hd * 2
-
-
-def kv_cache_bytes(cfg: dict, tokens: int, tp: int = 1) -> int:
-    """--kv-cache-memory-bytes for ``tokens`` tokens, rounded up to 256 MiB."""
-    step = 256 << 20
-    return int(math.ceil(kv_bytes_per_token(cfg, tp) * tokens / step) * step)
-
-
-def assign_gpus(n_servers: int, tp: int, gpus: list[str]) -> list[list[str]]:
-    """The GPUs of each server: disjoint groups of ``tp`` while there are enough, else
-    servers share groups round-robin.
-
-    Raises:
-        ValueError: fewer GPUs than ``tp``.
-    """
-    if len(gpus) < tp:
-        raise ValueError(f"--tensor-parallel-size {tp} needs {tp} GPUs, have {gpus}")
-    groups = len(gpus) // tp
-    return [gpus[(i % groups) * tp : (i % groups) * tp + tp] for i in range(n_servers)]
-
-
-def memory_plan(
-    cfg: dict,
-    n_servers: int,
-    tp: int,
-    gpus: list[str],
-    kv_bytes: int,
-    total_bytes: int = H200_BYTES,
-) -> dict:
-    """Per-GPU memory plan of ``n_servers`` concurrent servers (bytes, GiB in the printout).
-
-    Returns: ``servers_per_gpu``, ``per_server_bytes`` (weights / tp + KV + overhead on one
-    GPU), ``share`` (the --gpu-memory-utilization of each server), ``fits`` (the servers on
-    one GPU need at most 0.9 x its memory), and ``text`` (one line for the log).
-    """
-    groups = max(1, len(gpus) // tp)
-    per_gpu = math.ceil(n_servers / groups)
-    per = weight_bytes(cfg) // tp + kv_bytes + OVERHEAD_BYTES
-    share = math.floor(0.9 / per_gpu * 100) / 100
-    fits = per * per_gpu <= 0.9 * total_bytes
-    text = (
-        f"memory plan: {per_gpu} server(s) per GPU x ({weight_bytes(cfg) / tp / GIB:.1f} GiB "
-        f"weights + {kv_bytes / GIB:.1f} GiB KV + {OVERHEAD_BYTES / GIB:.0f} GiB overhead) = "
-        f"{per * per_gpu / GIB:.1f} of {total_bytes / GIB:.1f} GiB; "
-        f"--gpu-memory-utilization {share:.2f} each; {'fits' if fits else 'DOES NOT FIT'}"
-    )
-    return {
-        "servers_per_gpu": per_gpu,
-        "per_server_bytes": per,
-        "share": share,
-        "fits": fits,
-        "text": text,
-    }
 
 
 def server_command(
@@ -305,32 +189,32 @@ class Server:
         """SIGTERM the process group, SIGKILL it when still alive after ``grace_s`` s."""
         if self.proc is None:
             return
-        _signal_group(self.proc.pid, signal.SIGTERM)
-        if not _wait_group(self.proc, grace_s):
-            _signal_group(self.proc.pid, signal.SIGKILL)
-            _wait_group(self.proc, 10.0)
+        signal_group(self.proc.pid, signal.SIGTERM)
+        if not wait_group(self.proc, grace_s):
+            signal_group(self.proc.pid, signal.SIGKILL)
+            wait_group(self.proc, 10.0)
 
 
 def stop_all(group: list[Server], grace_s: float = 20.0) -> None:
     """Stop several servers at once: SIGTERM to every group, then wait, SIGKILL what is left."""
     for s in group:
         if s.proc is not None:
-            _signal_group(s.proc.pid, signal.SIGTERM)
+            signal_group(s.proc.pid, signal.SIGTERM)
     deadline = time.time() + grace_s
     for s in group:
         if s.proc is None:
             continue
-        if not _wait_group(s.proc, max(0.5, deadline - time.time())):
-            _signal_group(s.proc.pid, signal.SIGKILL)
-            _wait_group(s.proc, 10.0)
+        if not wait_group(s.proc, max(0.5, deadline - time.time())):
+            signal_group(s.proc.pid, signal.SIGKILL)
+            wait_group(s.proc, 10.0)
 
 
-def _signal_group(pgid: int, sig: int) -> None:
+def signal_group(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
 
 
-def _wait_group(proc: subprocess.Popen, timeout: float) -> bool:
+def wait_group(proc: subprocess.Popen, timeout: float) -> bool:
     """Reap the leader and wait until no live (non-zombie) process of its group is left;
     True when done."""
     deadline = time.time() + timeout
@@ -372,74 +256,15 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
-def gpu_list() -> list[str]:
-    """Visible GPU indices: CUDA_VISIBLE_DEVICES when set, else nvidia-smi's, else ["0"]."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES"):
-        return [g for g in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if g]
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        ).stdout
-        ids = [x.strip() for x in out.splitlines() if x.strip()]
-        return ids or ["0"]
-    except (OSError, subprocess.TimeoutExpired):
-        return ["0"]
-
-
-def gpu_total_bytes() -> int:
-    """memory.total of the first GPU (bytes), or an H200's when nvidia-smi is not there."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        ).stdout.split()
-        return int(float(out[0])) * (1 << 20)
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        return H200_BYTES
-
-
-CLOCK_FIELDS = ("index", "clocks.sm", "clocks.mem", "temperature.gpu", "power.draw")
-
-
-def gpu_clocks() -> list[dict] | dict:
-    """Per GPU: SM and memory clock (MHz), temperature (C), power (W), from nvidia-smi;
-    {"error": ...} when it cannot be read."""
-    try:
-        p = subprocess.run(
-            [
-                "nvidia-smi",
-                f"--query-gpu={','.join(CLOCK_FIELDS)}",
-                "--format=csv,noheader,nounits",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=20,
+def tail_copy(src: Path, dst: Path, head: int = 150, tail: int = 300) -> None:
+    """The first ``head`` and last ``tail`` lines of a server's log (all when short): what
+    comes back of it."""
+    if not src.exists():
+        return
+    lines = src.read_text(errors="replace").splitlines()
+    if len(lines) > head + tail:
+        lines = (
+            lines[:head] + [f"... [{len(lines) - head - tail} lines left out] ..."] + lines[-tail:]
         )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return {"error": repr(e)}
-    if p.returncode != 0:
-        return {"error": (p.stdout + p.stderr).strip()[:300]}
-    return parse_clocks(p.stdout)
-
-
-def parse_clocks(text: str) -> list[dict]:
-    """Rows of ``nvidia-smi --query-gpu=index,clocks.sm,clocks.mem,temperature.gpu,power.draw
-    --format=csv,noheader,nounits`` as dicts of numbers (None for "[N/A]")."""
-    rows = []
-    for line in text.splitlines():
-        vals = [v.strip() for v in line.split(",")]
-        if len(vals) != len(CLOCK_FIELDS):
-            continue
-        row = {}
-        for k, v in zip(CLOCK_FIELDS, vals, strict=True):
-            try:
-                row[k.replace(".", "_")] = float(v)
-            except ValueError:
-                row[k.replace(".", "_")] = None
-        rows.append(row)
-    return rows
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_text("\n".join(lines) + "\n")

@@ -1,10 +1,10 @@
 """The intermediate trees of the series, as checkouts to stage: the pin plus the first k patches.
 
-    python benchmarks/e2e/trees.py base series [p1 p1_2 ...] [--print-stage [--deepgemm]]
+    python -m benchmarks.e2e.trees base series [p1 p1_2 ...] [--print-stage [--arch ARCH]]
 
-Names: ``base`` (the pin, k=0), ``p1`` (pin + patch 1), ``p1_K`` (patches 1..K; ``p1-K`` is
-accepted too), ``series`` (every patch in patches/series). Each becomes
-``.vseries/trees/<name>``: a detached ``git worktree`` of vllm/ at the pinned commit (its
+Names (the rule is names.py's): ``base`` (the pin, k=0), ``p1`` (pin + patch 1), ``p1_K``
+(patches 1..K; ``p1-K`` is accepted too), ``series`` (every patch in patches/series). Each
+becomes ``.vseries/trees/<name>``: a detached ``git worktree`` of vllm/ at the pinned commit (its
 full id, which resolves through ``git replace`` on the offline route), then ``git am -3 -k``
 of the first k patch files, with the fixed committer of ``scripts/apply.sh`` (so ``series``
 gets the same commit ids as vllm/'s branch ``series``). ``VSERIES_TREE.json`` (name, patches,
@@ -20,42 +20,16 @@ identifiers because ``stage.py`` requires them (``--src <name>=<dir>``).
 import argparse
 import hashlib
 import json
-import re
 import shutil
 import sys
 from pathlib import Path
 
+from benchmarks import shapes
+from benchmarks.e2e.names import TREE_JSON, canonical, patch_count
 from vseries import am, git, series
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
 from vseries.workspace import Workspace
-
-TREE_JSON = "VSERIES_TREE.json"
-
-
-def patch_count(name: str, n_series: int) -> int:
-    """How many patches of the series the tree ``name`` carries.
-
-    Raises:
-        ValueError: an unknown name or one asking for more patches than the series has.
-    """
-    if name == "base":
-        return 0
-    if name == "series":
-        return n_series
-    m = re.fullmatch(r"p1(?:[_-](\d+))?", name)
-    if not m:
-        raise ValueError(f"tree name {name!r}: use base, series, p1 or p1_K (patches 1..K)")
-    k = int(m.group(1) or 1)
-    if not 1 <= k <= n_series:
-        raise ValueError(f"tree {name!r}: the series has {n_series} patches")
-    return k
-
-
-def canonical(name: str) -> str:
-    """``p1-2`` -> ``p1_2`` (stage.py wants identifiers); ``p1_1`` -> ``p1``."""
-    name = name.replace("-", "_")
-    return "p1" if name == "p1_1" else name
 
 
 def _sha(p: Path) -> str:
@@ -128,11 +102,11 @@ def build(name: str, root: Path | None = None) -> Path:
     return dest
 
 
-def stage_command(
-    trees: dict[str, Path], recipe: str = "../shared/gpu", deepgemm: bool = False
-) -> str:
-    """The recipe's stage.py line for these trees (run from the workspace root); with
-    ``deepgemm`` also ``--deepgemm`` (the DeepSeek-V4 model needs DeepGEMM)."""
+def stage_command(trees: dict[str, Path], recipe: str = "../shared/gpu", arch: str = "") -> str:
+    """The recipe's stage.py line for these trees (run from the workspace root), with the
+    stage.py arguments the model ``arch`` needs (its record's ``stage_args``, e.g.
+    ``--deepgemm`` for DeepSeek-V4)."""
+    extra = shapes.get(arch, served=True).stage_args if arch else ""
     root = Workspace.current().root
     srcs = " ".join(
         f"--src {n}={p.relative_to(root) if p.is_relative_to(root) else p}"
@@ -143,7 +117,7 @@ def stage_command(
         "print(fetch.fetch(p.package, p.wheel))')\""
     )
     return (
-        f"python3 {recipe}/stage.py --attention {'--deepgemm ' if deepgemm else ''}{srcs} "
+        f"python3 {recipe}/stage.py --attention {extra + ' ' if extra else ''}{srcs} "
         f"--wheel {wheel} "
         "--wheels .gpu/wheels --out .gpu/stage"
     )
@@ -157,9 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", type=Path, default=None, help="where the trees go (.vseries/trees)")
     ap.add_argument("--print-stage", action="store_true", help="print the stage.py command")
     ap.add_argument(
-        "--deepgemm",
-        action="store_true",
-        help="with --print-stage: add stage.py's --deepgemm (MODEL=deepseek-v4)",
+        "--arch",
+        default="",
+        choices=["", *shapes.SERVED],
+        help="with --print-stage: the model to stage for (what it needs beyond the others, "
+        "e.g. deepseek-v4: stage.py's --deepgemm)",
     )
     a = ap.parse_args(argv)
     built = {}
@@ -176,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trees: {e}", file=sys.stderr)
         return 1
     if a.print_stage:
-        print(stage_command(built, deepgemm=a.deepgemm))
+        print(stage_command(built, arch=a.arch))
     return 0
 
 

@@ -13,9 +13,10 @@ machine (``FLASHINFER_CUDA_ARCH_LIST=9.0a``, nvcc 13.0). The link happens on the
 undefined and bind lazily (tvm-ffi opens modules with RTLD_LAZY), so calling one of them would
 fail, which the per-tensor FP8 benchmark never does.
 
-Usage (from the repository root; flashinfer's wheel unpacked under --fi)::
+Usage (from the repository root; flashinfer's wheel unpacked and on PYTHONPATH, as
+``flashinfer_fp8_prepare.sh`` runs it)::
 
-    python benchmarks/h200/flashinfer_fp8_build.py --fi /path/to/unpacked/wheel --ws DIR -j 2
+    PYTHONPATH=/path/to/unpacked/wheel python benchmarks/h200/flashinfer_fp8_build.py --ws DIR -j 2
 
 Writes DIR/objects/*.o, DIR/manifest.txt and, for the transfer, DIR/pf/fi-objects.tar.xz
 (split into .pieceNN files of at most 56 MiB when larger; send DIR/pf as one staged part and run
@@ -29,7 +30,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -56,7 +56,6 @@ def reduce_generated(path: Path) -> bool:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--fi", type=Path, required=True, help="unpacked flashinfer wheel")
     ap.add_argument("--ws", type=Path, required=True, help="work folder")
     ap.add_argument("-j", type=int, default=os.cpu_count() or 1)
     ap.add_argument(
@@ -74,8 +73,13 @@ def main() -> int:
     os.environ.setdefault("CUDA_HOME", "/usr/local/cuda")
     os.environ["FLASHINFER_CUDA_ARCH_LIST"] = "9.0a"
     os.environ["FLASHINFER_WORKSPACE_BASE"] = str(args.ws.resolve())
-    sys.path.insert(0, str(args.fi.resolve()))
-    from flashinfer.jit import fused_moe  # noqa: PLC0415  (needs the env above)
+    try:
+        from flashinfer.jit import fused_moe  # noqa: PLC0415  (needs the env above)
+    except ImportError as e:
+        raise SystemExit(
+            f"flashinfer is not importable ({e}); put the unpacked wheel on PYTHONPATH "
+            "(benchmarks/h200/flashinfer_fp8_prepare.sh does)"
+        ) from e
 
     spec = fused_moe.gen_cutlass_fused_moe_sm90_module()
     spec.write_ninja()

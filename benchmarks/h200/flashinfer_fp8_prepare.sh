@@ -56,7 +56,7 @@ inc=$(find "$work/hdr" -type f -name cublas_v2.h -printf '%h\n' | head -n 1)
 [ -n "$inc" ] || die "cublas_v2.h not found in the header wheels under $work/hdr"
 
 echo "building FlashInfer $fi_version FP8 x FP8 -> bf16 SM90 MoE objects, CUDA $cuda, headers $inc"
-PYTHONPATH="$work/pydeps${PYTHONPATH:+:$PYTHONPATH}" \
-  "$py" benchmarks/h200/flashinfer_fp8_build.py --fi "$work/wheel" --ws "$work" \
+PYTHONPATH="$work/wheel:$work/pydeps${PYTHONPATH:+:$PYTHONPATH}" \
+  "$py" benchmarks/h200/flashinfer_fp8_build.py --ws "$work" \
   -j "$(nproc)" --include "$inc"
 ls -l "$work/pf"

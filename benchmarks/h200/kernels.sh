@@ -16,44 +16,24 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 R=$OUT/r && mkdir -p "$R"
-SITE=/root/site
+# shellcheck source=benchmarks/h200/lib.sh
+. benchmarks/h200/lib.sh
 deadline=$((SECONDS + ${KERNELS_BUDGET:-560}))
 KTREES=${KTREES:-base series}
 exec > >(tee "$OUT/log-kernels.txt") 2>&1
-[ -d "/root/vllm-${KTREES##* }" ] || bash /root/stage/p1/assemble.sh
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
-ws=$PWD
+[ -d "$(tree_dir "${KTREES##* }")" ] || bash /root/stage/p1/assemble.sh
+gpu_line
 read -r ref tip <<<"$KTREES"
 # one tree (KTREES="series"): it is both; each step runs it once
 tip=${tip:-$ref}
 trees=("$ref") && [ "$tip" != "$ref" ] && trees+=("$tip")
 read -ra bench_args <<<"${BENCH_ARGS:-}"
-left() { echo $((deadline - SECONDS)); }
-# run_in TREE LIMIT CMD...: CMD inside /root/vllm-TREE with its PYTHONPATH, at most LIMIT
-# seconds and never past the deadline
-# (run_ws: the same from the workspace root, for the contract tests)
-run_at() {
-  local dir=$1 tree=$2 limit=$3
-  shift 3
-  local t
-  t=$(left)
-  [ "$t" -lt "$limit" ] && limit=$t
-  if [ "$limit" -le 5 ]; then
-    echo "!!! skipped (budget): $*"
-    return 1
-  fi
-  echo "=== [$tree, ${limit}s] $*"
-  (cd "$dir" && PYTHONPATH="$SITE:/root/vllm-$tree:$ws" timeout "$limit" "$@") ||
-    echo "!!! failed or timed out ($tree): $*"
-}
-run_in() { run_at "/root/vllm-$1" "$@"; }
-run_ws() { run_at "$ws" "$@"; }
 if [ "${ANATOMY:-0}" = 1 ]; then
-  run_in "$tip" "${ANATOMY_TIMEOUT:-120}" python3 "$ws/benchmarks/moe_decode_anatomy.py" \
+  run_in "$tip" "${ANATOMY_TIMEOUT:-120}" python3 -m benchmarks.moe_decode_anatomy \
     --variant "$tip" --out "$R/moe_decode_anatomy-$tip.json"
 fi
 for t in "${trees[@]}"; do
-  run_in "$t" "${BENCH_TIMEOUT:-170}" python3 "$ws/benchmarks/bench_moe_decode.py" \
+  run_in "$t" "${BENCH_TIMEOUT:-170}" python3 -m benchmarks.bench_moe_decode \
     --variant "$t" --out "$R/bench_moe_decode-$t.json" "${bench_args[@]}"
 done
 [ "${VLLM_TESTS:-1}" = 0 ] || run_in "$tip" 150 python3 -m pytest -q -p no:cacheprovider \
@@ -67,7 +47,7 @@ done
 done
 for ((i = ${#trees[@]} - 1; i >= 0; i--)); do
   t=${trees[i]}
-  run_in "$t" 60 python3 "$ws/benchmarks/moe_compile_audit.py" --variant "$t" \
+  run_in "$t" 60 python3 -m benchmarks.moe_compile_audit --variant "$t" \
     --out "$R/moe_compile_audit-$t.json"
 done
 tar czf "$OUT/kernels.tar.gz" -C "$R" .

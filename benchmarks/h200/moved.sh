@@ -17,36 +17,19 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 R=$OUT/r && mkdir -p "$R"
-SITE=/root/site
-ws=$PWD
+# shellcheck source=benchmarks/h200/lib.sh
+. benchmarks/h200/lib.sh
 deadline=$((SECONDS + ${BUDGET:-560}))
 exec > >(tee -a "$OUT/log-moved.txt") 2>&1
-[ -d /root/vllm-series ] || bash /root/stage/p1/assemble.sh > "$R/assemble.log" 2>&1 || {
+[ -d "$(tree_dir series)" ] || bash /root/stage/p1/assemble.sh > "$R/assemble.log" 2>&1 || {
   tail -30 "$R/assemble.log"
   echo "!!! assemble failed"
 }
-ln -sfn /root/vllm-series /root/vllm-patched
-left() { echo $((deadline - SECONDS)); }
-# run_at DIR TREE LIMIT CMD...: CMD in DIR with the tree's PYTHONPATH, at most LIMIT seconds
-run_at() {
-  local dir=$1 tree=$2 limit=$3 t
-  shift 3
-  t=$(left)
-  [ "$t" -lt "$limit" ] && limit=$t
-  if [ "$limit" -le 5 ]; then
-    echo "!!! skipped (budget): $*"
-    return 1
-  fi
-  echo "=== [$tree, ${limit}s, at ${SECONDS}s] $*"
-  (cd "$dir" && PYTHONPATH="$SITE:/root/vllm-$tree:$ws" timeout "$limit" "$@") ||
-    echo "!!! failed or timed out ($tree): $*"
-}
-run_in() { run_at "/root/vllm-$1" "$@"; }
-run_ws() { run_at "$ws" "$@"; }
+ln -sfn "$(tree_dir series)" "$(tree_dir patched)"
 for phase in ${PHASES:-check tests}; do
   case $phase in
     check)
-      nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+      gpu_line
       for t in base series; do
         run_in "$t" 120 python3 - <<'PY'
 import glob, os, torch, triton
@@ -80,7 +63,7 @@ PY
       read -ra bench_args <<<"${BENCH_ARGS:-}"
       for ((r = 1; r <= ${ROUNDS:-2}; r++)); do
         for t in base series; do
-          run_in "$t" "${BENCH_TIMEOUT:-200}" python3 "$ws/benchmarks/bench_moe_layer.py" \
+          run_in "$t" "${BENCH_TIMEOUT:-200}" python3 -m benchmarks.bench_moe_layer \
             --variant "$t" --out "$R/moe_layer-$t-r$r.json" "${bench_args[@]}"
         done
       done
@@ -125,8 +108,8 @@ PY
       ;;
     vllm)
       only=() && for o in ${UPSTREAM_ONLY:-}; do only+=(--only "$o"); done
-      run_ws series "$(left)" python3 -m vseries.upstream --base /root/vllm-base \
-        --patched /root/vllm-series --pythonpath "$SITE" --out "$R/upstream.md" \
+      run_ws series "$(left)" python3 -m vseries.upstream --base "$(tree_dir base)" \
+        --patched "$(tree_dir series)" --pythonpath "$SITE" --out "$R/upstream.md" \
         --work "$R/junit" --jobs "${UPSTREAM_JOBS:-8}" "${only[@]}"
       ;;
   esac

@@ -263,3 +263,33 @@ def test_patch_naming_a_missing_file_is_refused_not_merged_elsewhere(tiny):
     assert p.name in msg and "b.py" in msg and "nowhere.py" in msg and "\n  next: " in msg
     assert (vdir / "b.py").read_text() == "x = 1\n"
     assert git(vdir, "rev-parse", "HEAD") == head
+
+
+def test_apply_and_rebase_share_the_work_at_risk_check(tiny):
+    """One check (am.reset_would_lose) of what a reset of vllm/ to the pin would lose: apply
+    without --force and rebase's preflight both refuse a commit outside the series and name
+    it; a HEAD that does not descend from the pin is named as such."""
+    from vseries import am
+    from vseries import pin as pinmod
+    from vseries.rebase import engine
+    from vseries.workspace import Workspace
+
+    vdir = tiny / "vllm"
+    ws = Workspace.current()
+    pin, entries = pinmod.load(ws.pin_file), series.load(ws)
+    assert am.reset_would_lose(vdir, pin.commit, []) == []
+    (vdir / "mine.txt").write_text("mine\n")
+    git(vdir, "add", "mine.txt")
+    git(vdir, "-c", "user.name=u", "-c", "user.email=u@u", "commit", "-qm", "my experiment")
+    lost = am.reset_would_lose(vdir, pin.commit, [])
+    assert len(lost) == 1 and lost[0].endswith(" my experiment")
+    with pytest.raises(SeriesError, match="commit not in the series: .* my experiment"):
+        apply.apply()
+    with pytest.raises(SeriesError, match="(?s)holds commits that patches/ does not.*experiment"):
+        engine.preflight(ws, pin, entries)
+    git(vdir, "checkout", "-q", "--orphan", "elsewhere")
+    git(vdir, "-c", "user.name=u", "-c", "user.email=u@u", "commit", "-qm", "unrelated")
+    head = git(vdir, "rev-parse", "HEAD")
+    assert f"{head[:12]} (not on the pin {pin.commit[:12]})" in am.reset_would_lose(
+        vdir, pin.commit, []
+    )

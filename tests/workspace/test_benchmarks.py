@@ -10,10 +10,10 @@ import sys
 import pytest
 from conftest import ROOT
 
+from benchmarks import report, shapes
+from vseries import results
+
 BENCH = ROOT / "benchmarks"
-sys.path.insert(0, str(BENCH))
-import harness  # noqa: E402
-import report  # noqa: E402
 
 SCRIPTS = ["bench_swap_ab.py", "bench_fp8_oracle.py", "bench_rope_nospec.py", "tune_swap_ab.py"]
 SCRIPTS += ["swap_ab_modes.py", "bench_moe_decode.py", "moe_decode_anatomy.py"]
@@ -21,24 +21,23 @@ SCRIPTS += ["swap_ab_modes.py", "bench_moe_decode.py", "moe_decode_anatomy.py"]
 
 def result_file(path, variant: str, us: float) -> None:
     rows = [
-        harness.Row("x", "qwen3-30b-a3b", "fp8", 1, variant, us, us - 1, us + 1, 1000, 40.0),
-        harness.Row("x", "qwen3-30b-a3b", "fp8", 4, variant, us * 2, us, us * 3, 2000, 41.0),
-        harness.failed("x", "qwen3-30b-a3b", "fp8", 16, variant, RuntimeError("out of memory")),
+        results.Row("x", "qwen3-30b-a3b", "fp8", 1, variant, us, us - 1, us + 1, 1000, 40.0),
+        results.Row("x", "qwen3-30b-a3b", "fp8", 4, variant, us * 2, us, us * 3, 2000, 41.0),
+        results.failed("x", "qwen3-30b-a3b", "fp8", 16, variant, RuntimeError("out of memory")),
     ]
     head = {"bench": "x", "variant": variant, "command": "bench", "gpu": "NVIDIA H200"}
-    harness.write(path, {**head, "read_bandwidth_Bps": 4.2e12}, rows)
+    results.write(path, {**head, "read_bandwidth_Bps": 4.2e12}, rows)
 
 
 def test_the_harness_imports_without_torch():
-    code = f"import sys; sys.path.insert(0, {str(BENCH)!r}); import harness; "
-    code += "print('torch' in sys.modules)"
+    code = "import sys; import benchmarks.harness; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr
 
 
 def test_load_reads_new_and_older_files_into_one_schema(tmp_path):
     result_file(tmp_path / "new.json", "base", 10.0)
-    head, rows = harness.load(tmp_path / "new.json")
+    head, rows = results.load(tmp_path / "new.json")
     assert head["bench"] == "x" and [r["m"] for r in rows] == [1, 4, 16]
     assert rows[2]["us"] is None and rows[2]["error"] == "RuntimeError: out of memory"
     old = {
@@ -49,14 +48,14 @@ def test_load_reads_new_and_older_files_into_one_schema(tmp_path):
         "rows": [{"case": "q", "dtype": "fp8", "batch": 8, "us": 5.0}],
     }
     (tmp_path / "old.json").write_text(json.dumps(old))
-    head, rows = harness.load(tmp_path / "old.json")
+    head, rows = results.load(tmp_path / "old.json")
     assert (head["gpu"], head["read_bandwidth_Bps"]) == ("NVIDIA H200", 4.2e12)
     assert rows == [
         {"shape": "q", "dtype": "fp8", "m": 8, "us": 5.0, "bench": "swap-ab", "variant": "base"}
     ]
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(ValueError, match="not a result file"):
-        harness.load(tmp_path / "bad.json")
+        results.load(tmp_path / "bad.json")
 
 
 def test_report_table_from_harness_files(tmp_path):
@@ -106,7 +105,7 @@ def test_moe_decode_report_shows_where_the_time_goes(tmp_path):
         for variant, us in variant_us.items():
             extra = {"kernels_us": kernels} if kernels and variant == "default" else {}
             out.append(
-                harness.Row(
+                results.Row(
                     "moe-decode",
                     "qwen3-30b-a3b",
                     "fp8_per_tensor_static",
@@ -143,14 +142,13 @@ def test_moe_decode_report_shows_where_the_time_goes(tmp_path):
         "span": 21.0,
         "gaps": 2.5,
     }
-    harness.write(tmp_path / "b.json", dict(head, variant="base"), rows({"default": 29.0}, base_k))
-    harness.write(
+    results.write(tmp_path / "b.json", dict(head, variant="base"), rows({"default": 29.0}, base_k))
+    results.write(
         tmp_path / "s.json",
         dict(head, variant="series"),
         rows({"default": 21.0, "decode_off": 29.0}, series_k),
     )
-    sys.path.insert(0, str(BENCH))
-    import moe_decode_report
+    from benchmarks import moe_decode_report
 
     argv = [
         "moe_decode_report.py",
@@ -177,8 +175,8 @@ def test_moe_decode_report_shows_where_the_time_goes(tmp_path):
     # the series' decode_off row has no profile: no line for it
     assert "| series | qwen3-30b-a3b | static | 1 | decode_off |" not in md
 
-    harness.write(tmp_path / "b.json", dict(head, variant="base"), rows({"default": 29.0}, None))
-    harness.write(
+    results.write(tmp_path / "b.json", dict(head, variant="base"), rows({"default": 29.0}, None))
+    results.write(
         tmp_path / "s.json",
         dict(head, variant="series"),
         rows({"default": 21.0, "decode_off": 29.0}, None),
@@ -205,7 +203,7 @@ def test_moe_decode_report_of_a_series_run_alone(tmp_path):
         "read_bandwidth_Bps": 4.31e12,
     }
     rows = [
-        harness.Row("moe-decode", "qwen3-30b-a3b", "fp8_per_tensor_static", m, v, us, us - 1,
+        results.Row("moe-decode", "qwen3-30b-a3b", "fp8_per_tensor_static", m, v, us, us - 1,
                     us + 1, 37756928, pct, {})
         for m, v, us, pct in (
             (1, "default", 21.8, 40.3),
@@ -215,9 +213,8 @@ def test_moe_decode_report_of_a_series_run_alone(tmp_path):
             (16, "decode_off", 124.3, 73.2),
         )
     ]  # fmt: skip
-    harness.write(tmp_path / "s.json", dict(head, variant="series"), rows)
-    sys.path.insert(0, str(BENCH))
-    import moe_decode_report
+    results.write(tmp_path / "s.json", dict(head, variant="series"), rows)
+    from benchmarks import moe_decode_report
 
     def run(*files):
         argv = ["moe_decode_report.py", *map(str, files), "--out", str(tmp_path / "r")]
@@ -256,10 +253,12 @@ def test_warmup_enumeration_measures_the_series_walk_on_cpu(tmp_path):
            "--reps", "2"]  # fmt: skip
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     if tree != ROOT / "vllm":  # a kept line's tree (the main line's series moved it onto the
-        env["PYTHONPATH"] = str(tree)  # JIT warm-up framework)
+        # JIT warm-up framework); the workspace first: a vLLM checkout has a benchmarks package
+        # of its own, and the workspace's vllm/ folder (no __init__.py) yields to the tree's
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(tree)])
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
-    head, rows = harness.load(out)
+    head, rows = results.load(out)
     assert head["bench"] == "warmup-enumeration" and "mocked SM90 H200" in head["host"]
     assert [r["m"] for r in rows] == [64, 1024]
     assert all(r["us_min"] <= r["us"] <= r["us_max"] for r in rows)
@@ -278,13 +277,13 @@ def test_warmup_enumeration_measures_the_series_walk_on_cpu(tmp_path):
 def test_moe_decode_anatomy_fits_fixed_cost_and_rate():
     """The anatomy benchmark grows one kernel's K with its grid fixed and fits
     us = fixed + MB / rate per (shape, scale kind, kernel, routing)."""
-    import moe_decode_anatomy as anat
+    from benchmarks import moe_decode_anatomy as anat
 
-    qwen3 = harness.MOE_SHAPES["qwen3-30b-a3b"]
+    qwen3 = shapes.MOE_SHAPES["qwen3-30b-a3b"]
     # w13 grows the hidden size (its K), w2 the intermediate size; the other one stays
     assert anat.sized(qwen3, "w13", 0.5) == (1024, 768)
     assert anat.sized(qwen3, "w2", 0.75) == (2048, 576)
-    assert anat.sized(harness.MOE_SHAPES["dsv3-tp8"], "w2", 0.25) == (7168, 64)
+    assert anat.sized(shapes.MOE_SHAPES["dsv3-tp8"], "w2", 0.25) == (7168, 64)
     assert max(anat.FACTORS) <= 1.0  # never past the model's own K (see FACTORS)
     assert anat.kernel_bytes("w13", 8, 2048, 768) == 8 * 2 * 768 * 2048
     # 4 us fixed, 2000 GB/s (0.5 us per MB), plus noise that cancels in pairs
@@ -306,7 +305,7 @@ def test_moe_decode_anatomy_fits_fixed_cost_and_rate():
 def test_moe_decode_report_anatomy_table():
     """The report's anatomy section: one row per fit, the rate also as % of the read
     bandwidth measured in the same run, HBM and L2 rows named as such."""
-    import moe_decode_report
+    from benchmarks import moe_decode_report
 
     head = {
         "read_bandwidth_Bps": 4.0e12,
@@ -356,8 +355,7 @@ def test_fp8_oracle_labels_flashinfer_without_its_autotune():
     """bench_fp8_oracle.py --no-autotune times FlashInfer at its default tactics (vLLM
     v0.21.0 at -O2) under a label of its own, so that report.py can set it beside the autotuned
     run of another process; the other backends keep their labels."""
-    sys.path.insert(0, str(BENCH))
-    import bench_fp8_oracle as b
+    from benchmarks import bench_fp8_oracle as b
 
     assert b.row_label("flashinfer_cutlass", "patched") == "flashinfer_cutlass"
     assert b.row_label("flashinfer_cutlass", "patched", autotune=False) == (

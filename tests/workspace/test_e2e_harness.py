@@ -27,11 +27,27 @@ from pathlib import Path
 import pytest
 from conftest import git, make_patch
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks import gpu, shapes
+from benchmarks.e2e import (
+    commands,
+    compare,
+    compile_hook,
+    compiles,
+    logparse,
+    memory,
+    models,
+    names,
+    plan,
+    records,
+    report,
+    schedule,
+    servers,
+    state,
+)
+from benchmarks.e2e import serve as runner
+from vseries import results
 
-from e2e import compile_hook, logparse, models, report, results, schedule, servers  # noqa: E402
-from e2e import serve as runner  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _source_of(tag: str) -> tuple[Path, str] | None:
@@ -133,7 +149,7 @@ def test_model_configs():
     with pytest.raises(ValueError):
         models.model_config("llama", "fp8dyn")
     # the base config is not modified by a reduced copy
-    assert models.ARCHS["qwen3-30b-a3b"]["num_hidden_layers"] == 48
+    assert shapes.get("qwen3-30b-a3b").config["num_hidden_layers"] == 48
 
 
 @needs_tokenizers
@@ -185,7 +201,7 @@ def test_model_dir_loads_with_transformers(model_dir, tmp_path, tok_json):
 
 
 def test_trees_from_the_series(tiny, tmp_path):
-    from e2e import trees
+    from benchmarks.e2e import trees
 
     vdir = tiny / "vllm"
     p1 = make_patch(vdir, tiny / "patches", lambda r: (r / "b.py").write_text("x = 2\n"), "[P] one")
@@ -193,13 +209,13 @@ def test_trees_from_the_series(tiny, tmp_path):
     (tiny / "patches" / "series").write_text(f"{p1.name}\n{p2.name} contract=tests/x.py\n")
     pin = git(vdir, "rev-parse", "HEAD")
 
-    assert trees.patch_count("base", 2) == 0 and trees.patch_count("series", 2) == 2
-    assert trees.patch_count("p1", 2) == 1 and trees.patch_count("p1_2", 2) == 2
-    assert trees.canonical("p1-2") == "p1_2" and trees.canonical("p1_1") == "p1"
+    assert names.patch_count("base", 2) == 0 and names.patch_count("series", 2) == 2
+    assert names.patch_count("p1", 2) == 1 and names.patch_count("p1_2", 2) == 2
+    assert names.canonical("p1-2") == "p1_2" and names.canonical("p1_1") == "p1"
     with pytest.raises(ValueError):
-        trees.patch_count("p1_3", 2)
+        names.patch_count("p1_3", 2)
     with pytest.raises(ValueError):
-        trees.patch_count("p2", 2)
+        names.patch_count("p2", 2)
 
     base = trees.build("base")
     one = trees.build("p1")
@@ -208,20 +224,20 @@ def test_trees_from_the_series(tiny, tmp_path):
     assert git(base, "rev-parse", "HEAD") == pin
     assert (one / "b.py").read_text() == "x = 2\n" and (one / "a.py").read_text() != "a = 1\n"
     assert (full / "a.py").read_text() == "a = 1\n"
-    meta = json.loads((full / trees.TREE_JSON).read_text())
+    meta = json.loads((full / names.TREE_JSON).read_text())
     assert meta["patches"] == [p1.name, p2.name] and meta["pin"] == pin
     assert meta["head"] == git(full, "rev-parse", "HEAD")
     assert git(full, "log", "--format=%cn", "-1") == "vseries"  # apply's fixed committer
     # idempotent: nothing rebuilt
     head = meta["head"]
-    stamp = (full / trees.TREE_JSON).stat().st_mtime_ns
+    stamp = (full / names.TREE_JSON).stat().st_mtime_ns
     assert trees.build("series") == full
-    assert (full / trees.TREE_JSON).stat().st_mtime_ns == stamp
+    assert (full / names.TREE_JSON).stat().st_mtime_ns == stamp
     # a changed patch file rebuilds the tree
     p2.write_text(p2.read_text().replace("a = 1", "a = 7"))
     trees.build("series")
     assert (full / "a.py").read_text() == "a = 7\n"
-    assert json.loads((full / trees.TREE_JSON).read_text())["head"] != head
+    assert json.loads((full / names.TREE_JSON).read_text())["head"] != head
     # a local change is reset too
     (one / "b.py").write_text("junk\n")
     trees.build("p1")
@@ -229,13 +245,12 @@ def test_trees_from_the_series(tiny, tmp_path):
     cmd = trees.stage_command({"base": base, "series": full})
     assert "--src base=.vseries/trees/base --src series=.vseries/trees/series" in cmd
     assert "--attention" in cmd and "--deepgemm" not in cmd
-    dg = trees.stage_command({"base": base, "series": full}, deepgemm=True)
+    dg = trees.stage_command({"base": base, "series": full}, arch="deepseek-v4")
     assert "stage.py --attention --deepgemm --src base=" in dg
 
 
 def test_trees_refuse_a_patch_that_does_not_apply(tiny):
-    from e2e import trees
-
+    from benchmarks.e2e import trees
     from vseries.errors import SeriesError
 
     vdir = tiny / "vllm"
@@ -314,35 +329,35 @@ def test_slowness_scales_a_slow_trees_timeout(model_dir, tmp_path):
         )
         + "\n"
     )
-    a = runner.parse_args(
+    p = plan.parse(
         ["--model", str(model_dir), "--trees", "base", "series", "--out", str(tmp_path),
          "--quick", "--dry-run", "--resume", str(resumed)]
     )  # fmt: skip
-    ctx = runner.Ctx(a)
-    assert ctx.tree_rates == {
+    st = state.State.start(p)
+    assert st.sizing.rates == {
         ("base", "decode", 1): [0.5],
         ("series", "decode", 1): [2.0],
         ("series", "mixed", 64): [10.0],
     }
-    assert schedule.slowness(ctx.tree_rates, "base") == pytest.approx(4.0)
+    assert schedule.slowness(st.sizing.rates, "base") == pytest.approx(4.0)
     # prompts are sized for the fastest tree (series, 2.0 req/s), so every run lasts at least
     # --target-s; without runs of a cell, the schedule's estimate
-    assert ctx.rate("decode", 1) == 2.0 and ctx.rate("mixed", 64) == 10.0
-    assert ctx.rate("prefill", 16) == schedule.est_request_rate(
-        ctx.arch, ctx.depth, schedule.WORKLOADS["prefill"], 16
+    assert st.sizing.rate("decode", 1) == 2.0 and st.sizing.rate("mixed", 64) == 10.0
+    assert st.sizing.rate("prefill", 16) == schedule.est_request_rate(
+        p.model.shape.cost, p.model.depth, schedule.WORKLOADS["prefill"], 16
     )
     # base has not run mixed c=64: its run is sized at the cell's rate / 4 (series: its own)
     base_mixed = schedule.Run("base", "mixed", 64, 0, 0)
     series_mixed = schedule.Run("series", "mixed", 64, 0, 0)
-    n = ctx.prompts("mixed", 64)
-    assert ctx.tree_run_cost(series_mixed) == pytest.approx(n / 10.0 + runner.RUN_OVERHEAD_S)
-    assert ctx.tree_run_cost(base_mixed) == pytest.approx(
-        n / (ctx.rate("mixed", 64) / 4.0) + runner.RUN_OVERHEAD_S
+    n = st.sizing.prompts("mixed", 64)
+    assert st.sizing.run_cost(series_mixed) == pytest.approx(n / 10.0 + schedule.RUN_OVERHEAD_S)
+    assert st.sizing.run_cost(base_mixed) == pytest.approx(
+        n / (st.sizing.rate("mixed", 64) / 4.0) + schedule.RUN_OVERHEAD_S
     )
     # base's decode runs: its own rate
     base_decode = schedule.Run("base", "decode", 1, 0, 0)
-    assert ctx.tree_run_cost(base_decode) == pytest.approx(
-        ctx.prompts("decode", 1) / 0.5 + runner.RUN_OVERHEAD_S
+    assert st.sizing.run_cost(base_decode) == pytest.approx(
+        st.sizing.prompts("decode", 1) / 0.5 + schedule.RUN_OVERHEAD_S
     )
 
 
@@ -367,36 +382,36 @@ def test_first_observed_tree_slow_does_not_size_short_runs(model_dir, tmp_path):
         record("base", 733, 64.6, "mixed", 64),  # 11.3 req/s, the only mixed run
     ]
     resumed.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    a = runner.parse_args(
+    p = plan.parse(
         ["--model", str(model_dir), "--trees", "base", "series", "--out", str(tmp_path),
          "--quick", "--dry-run", "--resume", str(resumed), "--target-s", "10"]
     )  # fmt: skip
-    ctx = runner.Ctx(a)
+    st = state.State.start(p)
     base_mixed = 733 / 64.6
-    assert ctx.rate("mixed", 64) == pytest.approx(base_mixed * 4.0)
-    assert ctx.prompts("mixed", 64) >= int(base_mixed * 4.0 * 10) - 1
+    assert st.sizing.rate("mixed", 64) == pytest.approx(base_mixed * 4.0)
+    assert st.sizing.prompts("mixed", 64) >= int(base_mixed * 4.0 * 10) - 1
     # once every tree of the session has run the cell: the fastest one's own median
     rows.append(record("series", 600, 12.0, "mixed", 64))
     resumed.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert runner.Ctx(a).rate("mixed", 64) == pytest.approx(50.0)
+    assert state.State.start(p).sizing.rate("mixed", 64) == pytest.approx(50.0)
 
 
 def test_no_time_kept_for_a_process_that_cannot_start(model_dir, tmp_path):
     """Round 12: a process stopped its later repetitions with 110 s left, keeping 403 s for
     later processes of which the next needed 168 s; none could start. Time is kept only for
     the later processes that fit, in order."""
-    a = runner.parse_args(
+    p = plan.parse(
         ["--model", str(model_dir), "--trees", "base", "series", "--out", str(tmp_path),
          "--quick", "--dry-run", "--processes", "3"]
     )  # fmt: skip
-    ctx = runner.Ctx(a)
-    later = [(p, ctx.todo(p)) for p in (1, 2)]
-    needs = [runner.process_need(ctx, r, b, 2) for _, (r, b) in later]
+    st = state.State.start(p)
+    later = [(p, st.todo(p)) for p in (1, 2)]
+    needs = [st.sizing.process_need(r, b, 2) for _, (r, b) in later]
     assert needs[0] > 0 and needs[1] > 0
-    assert runner.reserve_for_later(ctx, later, needs[0] - 1, 2) == 0.0
-    assert runner.reserve_for_later(ctx, later, needs[0] + 1, 2) == pytest.approx(needs[0])
-    assert runner.reserve_for_later(ctx, later, sum(needs) + 1, 2) == pytest.approx(sum(needs))
-    assert runner.reserve_for_later(ctx, [], 1000.0, 2) == 0.0
+    assert st.sizing.reserve_for_later(later, needs[0] - 1, 2) == 0.0
+    assert st.sizing.reserve_for_later(later, needs[0] + 1, 2) == pytest.approx(needs[0])
+    assert st.sizing.reserve_for_later(later, sum(needs) + 1, 2) == pytest.approx(sum(needs))
+    assert st.sizing.reserve_for_later([], 1000.0, 2) == 0.0
 
 
 def test_workload_ranges():
@@ -411,8 +426,9 @@ def test_workload_ranges():
     }
     assert schedule.max_model_len(schedule.PRESETS["full"].cells) == 2560
     # est. rate is positive and prefill-bound at high concurrency
-    r1 = schedule.est_request_rate("qwen3-30b-a3b", 1.0, p, 1)
-    r64 = schedule.est_request_rate("qwen3-30b-a3b", 1.0, p, 64)
+    cost = shapes.get("qwen3-30b-a3b").cost
+    r1 = schedule.est_request_rate(cost, 1.0, p, 1)
+    r64 = schedule.est_request_rate(cost, 1.0, p, 64)
     assert 0 < r1 < r64 <= 1 / (p.input_len * 0.02e-3) + 1e-9
 
 
@@ -429,18 +445,18 @@ def test_results_append_load_resume(tmp_path):
         "process": 0,
         "rep": 0,
     }
-    results.append(f, {**base, "run_id": "a", "tree": "base", "ok": True})
-    results.append(f, {**base, "run_id": "b", "tree": "series", "ok": False})
-    results.append(
+    results.append_line(f, {**base, "run_id": "a", "tree": "base", "ok": True})
+    results.append_line(f, {**base, "run_id": "b", "tree": "series", "ok": False})
+    results.append_line(
         f, {"kind": "probe", "run_id": "c", "model": "m", "tree": "base", "process": 0, "ok": True}
     )
     with open(f, "a") as fh:
         fh.write('{"kind": "serve", "run_id": "torn"')  # a process killed mid-line
     g = tmp_path / "g.jsonl"
     shutil.copy(f, g)  # a merged copy repeats every record
-    recs = results.load([f, g, tmp_path / "missing.jsonl"])
+    recs = results.read_lines([f, g, tmp_path / "missing.jsonl"])
     assert [r["run_id"] for r in recs] == ["a", "b", "c"]
-    done = results.done_keys(recs)
+    done = records.done_keys(records.read([f, g, tmp_path / "missing.jsonl"]))
     assert ("serve", "m", "base", "decode", 4, 0, 0) in done
     assert ("serve", "m", "series", "decode", 4, 0, 0) not in done  # failed: run again
     assert ("probe", "m", "base", 0) in done
@@ -714,7 +730,7 @@ DRIVE_HOOKS = textwrap.dedent("""
 
 @needs_triton
 def test_compile_hook_as_sitecustomize(tmp_path):
-    hook = runner.install_hook(tmp_path)
+    hook = compiles.install_hook(tmp_path)
     assert (hook / "sitecustomize.py").read_text() == (
         ROOT / "benchmarks" / "e2e" / "compile_hook.py"
     ).read_text()
@@ -772,27 +788,29 @@ def test_compile_hook_chains_earlier_hooks(tmp_path):
 
 def test_memory_plan_and_commands(tmp_path):
     q = models.model_config("qwen3-30b-a3b", "fp8static")
-    assert 28 * servers.GIB < servers.weight_bytes(q) < 30 * servers.GIB
+    qw = shapes.get("qwen3-30b-a3b").weight_bytes
+    assert 28 * memory.GIB < qw(q) < 30 * memory.GIB
     m = models.model_config("mixtral-8x7b", "fp8static")
-    assert 43 * servers.GIB < servers.weight_bytes(m) < 46 * servers.GIB
-    assert servers.kv_bytes_per_token(q) == 48 * 2 * 4 * 128 * 2
-    kv = servers.kv_cache_bytes(q, 36000)
+    mw = shapes.get("mixtral-8x7b").weight_bytes
+    assert 43 * memory.GIB < mw(m) < 46 * memory.GIB
+    assert memory.kv_bytes_per_token(q) == 48 * 2 * 4 * 128 * 2
+    kv = memory.kv_cache_bytes(q, 36000)
     assert kv % (256 << 20) == 0 and kv >= 36000 * 98304
-    two = servers.memory_plan(q, 2, 1, ["0"], kv)
+    two = memory.memory_plan(qw(q), 2, 1, ["0"], kv)
     assert two["fits"] and two["share"] == 0.45 and two["servers_per_gpu"] == 2
     # the share passes vLLM's free-memory check however far the other server has got
-    assert two["per_server_bytes"] <= two["share"] * servers.H200_BYTES
-    assert not servers.memory_plan(q, 4, 1, ["0"], kv)["fits"]
+    assert two["per_server_bytes"] <= two["share"] * gpu.H200_BYTES
+    assert not memory.memory_plan(qw(q), 4, 1, ["0"], kv)["fits"]
     half = models.model_config("qwen3-30b-a3b", "fp8static", 24)
-    assert servers.memory_plan(half, 4, 1, ["0"], servers.kv_cache_bytes(half, 36000))["fits"]
-    assert not servers.memory_plan(m, 2, 1, ["0"], servers.kv_cache_bytes(m, 150000))["fits"]
+    assert memory.memory_plan(qw(half), 4, 1, ["0"], memory.kv_cache_bytes(half, 36000))["fits"]
+    assert not memory.memory_plan(mw(m), 2, 1, ["0"], memory.kv_cache_bytes(m, 150000))["fits"]
     # tensor parallel: disjoint groups while GPUs last, then shared
-    assert servers.assign_gpus(2, 2, list("0123")) == [["0", "1"], ["2", "3"]]
-    assert servers.assign_gpus(3, 2, list("0123")) == [["0", "1"], ["2", "3"], ["0", "1"]]
-    assert servers.assign_gpus(2, 1, ["0"]) == [["0"], ["0"]]
+    assert memory.assign_gpus(2, 2, list("0123")) == [["0", "1"], ["2", "3"]]
+    assert memory.assign_gpus(3, 2, list("0123")) == [["0", "1"], ["2", "3"], ["0", "1"]]
+    assert memory.assign_gpus(2, 1, ["0"]) == [["0"], ["0"]]
     with pytest.raises(ValueError):
-        servers.assign_gpus(1, 2, ["0"])
-    tp = servers.memory_plan(q, 4, 2, list("0123"), kv)
+        memory.assign_gpus(1, 2, ["0"])
+    tp = memory.memory_plan(qw(q), 4, 2, list("0123"), kv)
     assert tp["servers_per_gpu"] == 2 and tp["share"] == 0.45
     cmd = servers.server_command(
         "python3",
@@ -832,7 +850,7 @@ def test_memory_plan_and_commands(tmp_path):
     assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1" and env["NVSHMEM_DISABLE_NVLS"] == "1"
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and env["VLLM_USE_FLASHINFER_MOE_FP8"] == "0"
     assert env["VSERIES_COMPILE_LOG_DIR"] == str(tmp_path / "c")
-    rows = servers.parse_clocks("0, 1980, 3201, 41, 120.52\n1, [N/A], 3201, 40, 95.1\n")
+    rows = gpu.parse_clocks("0, 1980, 3201, 41, 120.52\n1, [N/A], 3201, 40, 95.1\n")
     assert rows[0] == {
         "index": 0.0,
         "clocks_sm": 1980.0,
@@ -1030,7 +1048,7 @@ def synthetic_results(path: Path, session: str = "s1") -> None:
                         }
                     )
     for rec in recs:
-        results.append(path, rec)
+        results.append_line(path, rec)
 
 
 def test_report_from_synthetic_results(tmp_path):
@@ -1041,7 +1059,7 @@ def test_report_from_synthetic_results(tmp_path):
     out = tmp_path / "e2e.md"
     text = report.build([f, g], "base", out, "python benchmarks/e2e/report.py res.jsonl")
     assert out.read_text() == text and out.with_suffix(".png").stat().st_size > 10_000
-    assert report.RULE in text
+    assert compare.RULE in text
     row = next(line for line in text.splitlines() if "| decode | 4 | output tok/s |" in line)
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[4] == "1010 (1000-1021) n=6/2p"
@@ -1065,32 +1083,32 @@ def test_report_from_synthetic_results(tmp_path):
 def test_compare_rule_and_orientation():
     ref = [(10.0, ("s", 0, 0), "a"), (11.0, ("s", 0, 1), "a")]
     faster = [(12.0, ("s", 0, 0), "b"), (13.0, ("s", 0, 1), "b")]
-    c = report.compare(ref, faster, higher=True)
+    c = compare.compare(ref, faster, higher=True)
     assert c["verdict"] == "better" and c["paired"] and c["n_pairs"] == 2
     assert c["ratio"][1] == pytest.approx(13 / 11) and c["ratio"][2] == pytest.approx(1.2)
-    lat = report.compare(ref, faster, higher=False)  # the same numbers as latencies: worse
+    lat = compare.compare(ref, faster, higher=False)  # the same numbers as latencies: worse
     assert lat["verdict"] == "worse" and lat["ratio"][0] < 1
-    unpaired = report.compare(ref, [(10.5, ("t", 0, 0), "c")], higher=True)
+    unpaired = compare.compare(ref, [(10.5, ("t", 0, 0), "c")], higher=True)
     assert not unpaired["paired"] and unpaired["verdict"] == "="
 
 
 def test_sign_test_over_paired_runs():
     """Overlapping ranges, but every pair one way: 5 of 5 is shown (p = 0.0625), not called;
     6 of 6 (p = 0.03125) is called; a 4:2 split is not."""
-    assert report.sign_test_p(5, 0) == pytest.approx(0.0625)
-    assert report.sign_test_p(0, 6) == pytest.approx(0.03125)
-    assert report.sign_test_p(3, 3) == 1.0 and report.sign_test_p(0, 0) == 1.0
+    assert compare.sign_test_p(5, 0) == pytest.approx(0.0625)
+    assert compare.sign_test_p(0, 6) == pytest.approx(0.03125)
+    assert compare.sign_test_p(3, 3) == 1.0 and compare.sign_test_p(0, 0) == 1.0
 
     def runs(vals):
         return [(v, ("s", 0, i), "x") for i, v in enumerate(vals)]
 
     ref = [70.0, 72.0, 69.0, 90.0, 71.0, 88.0]
     slower = [v * 1.1 for v in ref]  # latencies: every pair worse, ranges overlap
-    five = report.compare(runs(ref[:5]), runs(slower[:5]), higher=False)
+    five = compare.compare(runs(ref[:5]), runs(slower[:5]), higher=False)
     assert (five["wins"], five["losses"]) == (0, 5) and five["verdict"] == "="
-    six = report.compare(runs(ref), runs(slower), higher=False)
+    six = compare.compare(runs(ref), runs(slower), higher=False)
     assert six["verdict"] == "worse (sign test)"
-    mixed = report.compare(runs(ref), runs(slower[:4] + [60.0, 70.0]), higher=False)
+    mixed = compare.compare(runs(ref), runs(slower[:4] + [60.0, 70.0]), higher=False)
     assert (mixed["wins"], mixed["losses"]) == (2, 4) and mixed["verdict"] == "="
 
 
@@ -1139,7 +1157,7 @@ def test_dry_run_prints_every_command_and_resumes(tmp_path, model_dir, capsys):
     res = tmp_path / "out" / "results.jsonl"
     for r in schedule.plan(["base", "series"], schedule.PRESETS["quick"].cells, 2, 0):
         # reps 0 and 1 (--min-reps 2) done, rep 2 not: process 0 is complete enough
-        results.append(
+        results.append_line(
             res,
             {
                 "kind": "serve",
@@ -1154,7 +1172,7 @@ def test_dry_run_prints_every_command_and_resumes(tmp_path, model_dir, capsys):
             },
         )
     for t in ("base", "series"):
-        results.append(
+        results.append_line(
             res,
             {
                 "kind": "probe",
@@ -1187,7 +1205,7 @@ def test_dry_run_prints_every_command_and_resumes(tmp_path, model_dir, capsys):
 
 
 def test_budget_keeps_room_for_later_processes(model_dir, tmp_path):
-    a = runner.parse_args(
+    p = plan.parse(
         [
             "--model",
             str(model_dir),
@@ -1200,15 +1218,15 @@ def test_budget_keeps_room_for_later_processes(model_dir, tmp_path):
             "--dry-run",
         ]
     )
-    ctx = runner.Ctx(a)
-    runs, probes = ctx.todo(1)
-    need = runner.process_need(ctx, runs, probes, 2)
-    first_two = sum(ctx.tree_run_cost(r) for r in runs if r.rep < 2)
+    st = state.State.start(p)
+    runs, probes = st.todo(1)
+    need = st.sizing.process_need(runs, probes, 2)
+    first_two = sum(st.sizing.run_cost(r) for r in runs if r.rep < 2)
     assert need == pytest.approx(
-        a.startup_estimate_s + ctx.probe_cost(2) + first_two + runner.STOP_S
+        p.startup_estimate_s + st.sizing.probe_cost(2) + first_two + schedule.STOP_S
     )
     assert 8 * 5 < first_two < 8 * 15  # 8 runs of ~9 s
-    b = runner.Budget(100)
+    b = schedule.Budget(100)
     assert b.fits(60) and not b.fits(80)  # 30 s are always kept for the stop
 
 
@@ -1232,7 +1250,7 @@ def test_vllm_accepts_the_commands(model_dir, tmp_path, tok_json):
     from vllm.benchmarks import throughput
 
     dyn = models.write_model(tmp_path, "mixtral-8x7b", "fp8dyn", 2, tok_json)
-    a = runner.parse_args(
+    p = plan.parse(
         [
             "--model",
             str(model_dir),
@@ -1245,22 +1263,22 @@ def test_vllm_accepts_the_commands(model_dir, tmp_path, tok_json):
             "--dry-run",
         ]
     )
-    ctx = runner.Ctx(a)
+    st = state.State.start(p)
     for d in (model_dir, dyn):
-        cmd = ctx.server_cmd(8100)
+        cmd = commands.server_cmd(p, 8100)
         cmd[4] = str(d)
         args = make_arg_parser(FlexibleArgumentParser()).parse_args(cmd[4:])
-        assert args.model_tag == str(d) and args.kv_cache_memory_bytes == ctx.kv_bytes
+        assert args.model_tag == str(d) and args.kv_cache_memory_bytes == p.kv_bytes
         assert args.enable_prefix_caching is False and args.gpu_memory_utilization == 0.45
         assert args.compilation_config.cudagraph_capture_sizes == [1, 2, 4, 8, 16, 32, 64]
         args.model = args.model_tag
         mc = EngineArgs.from_cli_args(args).create_model_config()
-        assert mc.quantization == "fp8" and mc.max_model_len == ctx.max_model_len
+        assert mc.quantization == "fp8" and mc.max_model_len == p.max_model_len
     tok = get_tokenizer(str(model_dir))
     for run in schedule.plan(["base"], schedule.PRESETS["full"].cells[::4], 1, 0):
-        p = FlexibleArgumentParser()
-        bench_serve.add_cli_args(p)
-        args = p.parse_args(ctx.bench_argv("base", 8100, run))
+        ap = FlexibleArgumentParser()
+        bench_serve.add_cli_args(ap)
+        args = ap.parse_args(commands.bench_argv(p, "base", 8100, run, st.sizing.prompts_for(run)))
         args.num_prompts = 6
         reqs = get_samples(args, tok)
         lo, hi = schedule.WORKLOADS[run.workload].input_range()
@@ -1269,13 +1287,13 @@ def test_vllm_accepts_the_commands(model_dir, tmp_path, tok_json):
         assert all(
             lo - 8 <= r.prompt_len <= hi + 8 and olo <= r.expected_output_len <= ohi for r in reqs
         ), [(r.prompt_len, r.expected_output_len) for r in reqs]
-        assert all(r.prompt_len + r.expected_output_len <= ctx.max_model_len for r in reqs)
+        assert all(r.prompt_len + r.expected_output_len <= p.max_model_len for r in reqs)
     for w in schedule.WORKLOADS:
-        p = FlexibleArgumentParser()
-        throughput.add_cli_args(p)
-        argv = ctx.offline_argv(w, tmp_path / "t.json")
+        ap = FlexibleArgumentParser()
+        throughput.add_cli_args(ap)
+        argv = commands.offline_argv(p, w, tmp_path / "t.json")
         assert argv[2:5] == ["vllm.entrypoints.cli.main", "bench", "throughput"]
-        args = p.parse_args(argv[5:])
+        args = ap.parse_args(argv[5:])
         args.num_prompts = 4
         throughput.validate_args(args)
         reqs = throughput.get_requests(args, tok)
@@ -1468,7 +1486,7 @@ def test_offline_runs_on_a_stand_in(tmp_path, model_dir):
         "200",
     ]
     assert runner.main(argv) == 0
-    off = [r for r in results.load([out / "results.jsonl"]) if r["kind"] == "offline"]
+    off = [r for r in results.read_lines([out / "results.jsonl"]) if r["kind"] == "offline"]
     assert [(r["rep"], r["workload"], r["tree"]) for r in off] == [
         (0, "decode", "base"),
         (0, "decode", "series"),
@@ -1484,7 +1502,9 @@ def test_offline_runs_on_a_stand_in(tmp_path, model_dir):
     assert off[0]["vllm"]["output_tokens_per_second"] == 1600.0
     assert "--random-range-ratio" in off[0]["cmd"] and off[0]["num_prompts"] == 50
     assert runner.main(argv) == 0  # resumed: nothing left
-    assert len([r for r in results.load([out / "results.jsonl"]) if r["kind"] == "offline"]) == 8
+    assert (
+        len([r for r in results.read_lines([out / "results.jsonl"]) if r["kind"] == "offline"]) == 8
+    )
     text = report.build([out / "results.jsonl"], "base", tmp_path / "e2e.md", "report")
     assert "| decode | 0 | offline output tok/s |" in text
 
@@ -1543,7 +1563,7 @@ def test_runner_end_to_end_on_a_stand_in_server(tmp_path, model_dir):
         "stand-in server (test)",
     ]
     assert runner.main(argv) == 0
-    recs = results.load([out / "results.jsonl"])
+    recs = results.read_lines([out / "results.jsonl"])
     kinds = [r["kind"] for r in recs]
     assert kinds.count("startup") == 4 and kinds.count("compiles") == 4
     assert kinds.count("probe") == 4 and kinds[0] == "session"
@@ -1577,7 +1597,7 @@ def test_runner_end_to_end_on_a_stand_in_server(tmp_path, model_dir):
     assert list((out / "compiles" / model_dir.name).glob("*base-p0.jsonl"))
     # everything done: a second call starts nothing
     assert runner.main(argv) == 0
-    assert len(results.load([out / "results.jsonl"])) == len(recs) + 1  # one session record
+    assert len(results.read_lines([out / "results.jsonl"])) == len(recs) + 1  # one session record
     text = report.build([out / "results.jsonl"], "base", tmp_path / "e2e.md", "report")
     assert "stand-in server (test)" in text and "| decode | 1 | output tok/s |" in text
 
@@ -1637,7 +1657,7 @@ def test_bench_subprocess_fallback(tmp_path, model_dir):
         "--bench-subprocess",
     ]
     assert runner.main(argv) == 0
-    serve = [r for r in results.load([out / "results.jsonl"]) if r["kind"] == "serve"]
+    serve = [r for r in results.read_lines([out / "results.jsonl"]) if r["kind"] == "serve"]
     assert len(serve) == 2 and all(r["ok"] for r in serve), [r.get("error") for r in serve]
     assert serve[0]["vllm"]["completed"] == serve[0]["num_prompts"]
 
@@ -1665,7 +1685,7 @@ def test_budget_too_small_starts_nothing(tmp_path, model_dir, capsys):
     assert runner.main(argv) == 0
     assert time.monotonic() - t0 < 10
     assert "a process needs" in capsys.readouterr().out
-    recs = results.load([out / "results.jsonl"])
+    recs = results.read_lines([out / "results.jsonl"])
     assert [r["kind"] for r in recs] == ["session"]
 
 
@@ -1744,12 +1764,12 @@ def test_deepseek_v4_config_and_flavours():
         "sliding_window": 128,
     }
     assert {k: c[k] for k in want} == want
-    full = models.ARCHS["deepseek-v4"]
+    full = shapes.get("deepseek-v4").config
     assert full["num_hidden_layers"] == 43 and len(full["compress_ratios"]) == 44
     assert full["compress_ratios"][:4] == [0, 0, 4, 128] and full["compress_ratios"][-2:] == [4, 0]
     two = models.model_config("deepseek-v4", "fp8block", 2)
     assert two["compress_ratios"] == [0, 0, 0] and two["num_hidden_layers"] == 2
-    assert models.ARCHS["deepseek-v4"]["num_hidden_layers"] == 43  # not modified
+    assert shapes.get("deepseek-v4").config["num_hidden_layers"] == 43  # not modified
     assert models.dir_name("deepseek-v4", "fp8block", 4) == "deepseek-v4-fp8block-L4"
     # the per-tensor flavours are refused for deepseek-v4 and fp8block for the others
     for flavour in ("fp8dyn", "fp8static"):
@@ -1777,7 +1797,42 @@ def test_deepseek_v4_config_and_flavours():
     )
     assert p.returncode == 2 and "not valid for deepseek-v4" in p.stderr, p.stderr
     # weights of 4 layers (block FP8 experts): ~28.5 GB, two servers fit one H200
-    assert 26 * servers.GIB < servers.weight_bytes(c) < 27 * servers.GIB
+    assert 26 * memory.GIB < shapes.get("deepseek-v4").weight_bytes(c) < 27 * memory.GIB
+
+
+def test_one_record_per_arch(tmp_path):
+    """Every part reads a model shape from its record (benchmarks/shapes.py): the MoE layer the
+    kernel benchmarks time is the served config's, and an architecture without a record is
+    an error that says where to add one and how to write the directory again, not another
+    model's figures."""
+    for name, shape in shapes.SERVED.items():
+        c = shape.config
+        experts = c.get("num_experts") or c.get("num_local_experts") or c.get("n_routed_experts")
+        inter = c.get("moe_intermediate_size") or c["intermediate_size"]
+        assert shape.moe == (experts, c["num_experts_per_tok"], c["hidden_size"], inter), name
+        assert shape.cost is not None and set(shape.flavours) <= set(models.FLAVOURS), name
+    assert list(shapes.MOE_SHAPES) == ["qwen3-30b-a3b", "dsv3-tp8", "mixtral-8x7b"]
+    with pytest.raises(ValueError, match="unknown arch 'dsv3-tp8'"):
+        models.model_config("dsv3-tp8", "fp8static")  # timed by the kernels, not served
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "config.json").write_text(json.dumps({"model_type": "qwen3_moe"}))
+    with pytest.raises(ValueError, match="unknown arch 'qwen3_moe'.*benchmarks.e2e.models"):
+        plan.Model.read(old)
+
+
+def test_the_tree_name_rule_is_one_for_shell_and_python(tmp_path):
+    """names.host_dir and benchmarks/h200/lib.sh's tree_dir give the same folder."""
+    p = subprocess.run(
+        ["bash", "-c", ". benchmarks/h200/lib.sh && tree_dir p1_2"],
+        cwd=ROOT,
+        env={**os.environ, "TREE_ROOT": str(tmp_path)},
+        capture_output=True,
+        text=True,
+    )
+    assert p.stdout.strip() == str(names.host_dir(tmp_path, "p1_2")), p.stderr
+    assert names.patches_of("p1_2", tmp_path / "nowhere") == 2
+    assert names.patches_of("series", tmp_path / "nowhere") is None  # all of them
 
 
 def test_model_env_is_per_model(tmp_path):
@@ -1797,9 +1852,12 @@ def test_model_env_is_per_model(tmp_path):
     )
     assert env["VLLM_USE_DEEP_GEMM"] == "1" and env["NCCL_NVLS_ENABLE"] == "0"
     # a directory written before the manifest had "env": by its arch; unknown: the old default
-    assert runner.model_env_of({}, "deepseek-v4") == v4
-    assert runner.model_env_of({}, "qwen3_moe") == {"VLLM_USE_DEEP_GEMM": "0"}
-    assert runner.model_env_of({"env": {"A": "1"}}, "deepseek-v4") == {"A": "1"}
+    dsv4 = shapes.get("deepseek-v4")
+    assert plan.model_env_of({}, dsv4) == v4
+    assert plan.model_env_of({"env": {"A": "1"}}, dsv4) == {"A": "1"}
+    # an architecture without a record is an error, not another model's settings
+    with pytest.raises(ValueError, match="unknown arch 'qwen3_moe'.*benchmarks/shapes.py"):
+        shapes.get("qwen3_moe", served=True)
 
 
 def test_deepseek_v4_probe_lengths():
@@ -1808,12 +1866,13 @@ def test_deepseek_v4_probe_lengths():
     n_splits), above the CUDA-graph capture sizes (eager, exact token count), some with
     L = 13..15 (mod 16) (num_tokens not divisible by 16, align4(num_tokens) divisible), none of
     them first (the first request of the bucket pays its tilelang / DeepGEMM JIT)."""
-    lengths = schedule.probe_lengths("deepseek-v4")
-    assert lengths == schedule.PROBE_LENGTHS_DEEPSEEK_V4
-    assert schedule.probe_lengths("qwen3-30b-a3b") == schedule.PROBE_LENGTHS
+    lengths = shapes.get("deepseek-v4").probe_lengths
+    assert lengths == (968, 1000, 1021, 1022, 1023, 973, 1008)
+    assert shapes.get("qwen3-30b-a3b").probe_lengths == shapes.PROBE_LENGTHS
     assert len(set(lengths)) == len(lengths) >= 4
     assert len({-(-n // 64) for n in lengths}) == 1  # cdiv(L, 64): one mHC bucket
-    capture = runner.parse_args(["--model", "m", "--trees", "b", "--out", "o"]).capture_sizes
+    raw = plan.parser().parse_args(["--model", "m", "--trees", "b", "--out", "o"]).capture_sizes
+    capture = [int(x) for x in raw.split(",")]
     assert min(lengths) > max(capture)
 
     def key(n: int) -> tuple:  # Triton's integer specialisation: == 1, % 16 == 0
@@ -1823,7 +1882,7 @@ def test_deepseek_v4_probe_lengths():
     new = [n for n in lengths if key(n) not in startup]
     assert {n % 16 for n in new} == {13, 14, 15} and key(new[0]) == ("-", "16")
     assert key(lengths[0]) in startup and key(lengths[1]) in startup  # primer, control
-    assert max(lengths) + 1 <= models.MAX_MODEL_LEN["deepseek-v4"]
+    assert max(lengths) + 1 <= shapes.get("deepseek-v4").max_model_len
 
 
 def test_deepseek_v4_dry_run(tmp_path, tok_json, capsys):
@@ -1935,11 +1994,11 @@ def test_vllm_reads_the_deepseek_v4_config(tmp_path, tok_json):
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     d = models.write_model(tmp_path, "deepseek-v4", "fp8block", None, tok_json)
-    a = runner.parse_args(
+    p = plan.parse(
         ["--model", str(d), "--trees", "base", "series", "--out", str(tmp_path / "o")]
         + ["--quick", "--dry-run"]
     )
-    cmd = runner.Ctx(a).server_cmd(8100)
+    cmd = commands.server_cmd(p, 8100)
     args = make_arg_parser(FlexibleArgumentParser()).parse_args(cmd[4:])
     assert args.kv_cache_dtype == "fp8" and args.enable_prefix_caching is False
     args.model = args.model_tag
@@ -2039,7 +2098,7 @@ def test_sigterm_stops_the_servers(tmp_path, model_dir):
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 60
     while time.time() < deadline:
-        recs = results.load([out / "results.jsonl"])
+        recs = results.read_lines([out / "results.jsonl"])
         if any(r["kind"] == "probe" for r in recs):
             break
         time.sleep(0.2)
@@ -2051,6 +2110,6 @@ def test_sigterm_stops_the_servers(tmp_path, model_dir):
     assert "terminated: servers stopped" in text
     pid = int(re.search(r"server pid (\d+)", text)[1])
     assert not servers.group_alive(pid) and _gone(pid)
-    recs = results.load([out / "results.jsonl"])
+    recs = results.read_lines([out / "results.jsonl"])
     assert [r["kind"] for r in recs if r["kind"] == "compiles"] == ["compiles"]
     busy.close()

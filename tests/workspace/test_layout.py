@@ -1,8 +1,12 @@
 """The house rules of vseries/, held against its code (vseries.lab.imports reads the imports):
 small modules, a base layer that imports no verb, no private names taken across modules, no
 import cycle, a --help that says what each verb does, and CONTRIBUTING.md naming every
-module once in its picture."""
+module once in its picture. The benchmark annex (benchmarks/) keeps the same rules (size,
+no cycle, no private names across modules), edits no sys.path, and the tool never reaches
+into it: vseries imports no benchmarks module and loads no code by file path, so the arrows
+between the two run one way (benchmarks -> vseries)."""
 
+import ast
 import re
 
 import pytest
@@ -12,6 +16,7 @@ from vseries import cli
 from vseries.lab import imports
 
 FOUND = imports.modules()
+ANNEX = imports.modules(ROOT / "benchmarks")
 MOST_LINES = 450
 # the shared base layer: what the verbs have in common, never a verb itself
 BASE = {
@@ -29,6 +34,7 @@ BASE = {
     "vseries.upstreamed",
     "vseries.am",
     "vseries.worktree",
+    "vseries.results",
 }
 # public functions of a verb that other verbs call (anything else across verbs is refused)
 VERB_API = {
@@ -96,3 +102,68 @@ def test_contributing_pictures_every_module_once():
     assert set(listed) == have, (
         f"missing: {sorted(have - set(listed))}; gone: {sorted(set(listed) - have)}"
     )
+
+
+@pytest.mark.parametrize("name", sorted(ANNEX))
+def test_annex_module_is_small(name):
+    assert ANNEX[name].lines <= MOST_LINES, f"{name} has {ANNEX[name].lines} lines"
+
+
+def test_annex_has_no_cycle_and_no_private_name_across_modules():
+    imports.layers(ANNEX)  # raises on a cycle
+    assert {n: m.private for n, m in ANNEX.items() if m.private} == {}
+
+
+def path_edits(tree: ast.AST) -> list[int]:
+    """Lines that change sys.path (sys.path.insert/append/extend/remove, or sys.path = ...)."""
+    out = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in ("insert", "append", "extend", "remove")
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "path"
+            and isinstance(node.value.value, ast.Name)
+            and node.value.value.id == "sys"
+        ):
+            out.append(node.lineno)
+        if isinstance(node, ast.Assign | ast.AugAssign) and "sys.path" in ast.unparse(node)[:12]:
+            out.append(node.lineno)
+    return sorted(out)
+
+
+def test_annex_edits_no_sys_path():
+    """The annex is a package (the editable install here, the workspace on PYTHONPATH on the
+    H200 host): a module that edits sys.path hides how it is found."""
+    assert path_edits(ast.parse("import sys\nsys.path.insert(0, 'x')\nsys.path = []")) == [2, 3]
+    edits = {n: path_edits(ast.parse(m.path.read_text())) for n, m in ANNEX.items()}
+    assert {n: lines for n, lines in edits.items() if lines} == {}
+
+
+def reaches_annex(tree: ast.AST) -> list[int]:
+    """Lines that import benchmarks or load code by file path (exec, runpy, importlib's
+    spec_from_file_location / exec_module / run_path)."""
+    out = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        loads = (isinstance(node, ast.Name) and node.id in ("exec", "runpy")) or (
+            isinstance(node, ast.Attribute)
+            and node.attr in ("spec_from_file_location", "exec_module", "run_path")
+        )
+        if loads or any(n.split(".")[0] == "benchmarks" for n in names):
+            out.append(node.lineno)
+    return out
+
+
+def test_the_tool_does_not_reach_into_the_annex():
+    """No vseries module imports benchmarks or loads code by file path: the annex depends on
+    the tool, never the other way round (prs once exec'd benchmarks/harness.py by its path)."""
+    sample = "import importlib.util\nfrom benchmarks import harness\n"
+    sample += "importlib.util.spec_from_file_location('h', 'p')"
+    assert reaches_annex(ast.parse(sample)) == [2, 3]
+    found = {n: reaches_annex(ast.parse(m.path.read_text())) for n, m in FOUND.items()}
+    assert {n: lines for n, lines in found.items() if lines} == {}

@@ -14,31 +14,24 @@ variant ``base``; a reporter's ratio columns (``a / b``) are summarised per case
 matches, the body says plainly that no measurements are attached.
 """
 
-import functools
-import importlib.util
 import re
-import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 
-from vseries.workspace import HOME
+from vseries import results as schema
+from vseries.results import LEGACY_ROW, load, markdown_table
 
 
-@functools.cache
 def harness() -> ModuleType:
-    """``benchmarks/harness.py`` of this checkout, the one definition of the result files
-    (header, rows, ``load``); read here without torch (the module imports it lazily)."""
-    path = HOME / "benchmarks" / "harness.py"
-    spec = importlib.util.spec_from_file_location("vseries_benchmarks_harness", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up while being made
-    spec.loader.exec_module(mod)
-    return mod
+    """The result files' schema (``vseries.results``). Kept for the callers that took it from
+    here when it was ``benchmarks/harness.py`` read by file path (tests/workspace/test_prs.py);
+    new code imports ``vseries.results``."""
+    return schema
 
 
-# The rows' key columns in the harness's schema, and what a PR body's table calls them.
+# The rows' key columns in the schema of vseries.results, and what a PR body's table calls them.
 KEY = {"shape": "case", "dtype": "dtype", "m": "batch"}
 
 
@@ -96,7 +89,7 @@ def load_results(results_dir: Path, names: list[tuple[str, str | None]]) -> list
     files = []
     for f in sorted(results_dir.rglob("*.json")):
         try:
-            files.append((f, *harness().load(f)))  # (file, header, rows)
+            files.append((f, *load(f)))  # (file, header, rows)
         except (OSError, ValueError, TypeError):
             continue
     out = []
@@ -217,14 +210,14 @@ def bench_table(bench: Bench) -> str:
     one variant apart, e.g. kernel_variant), per variant its time (microseconds), % of the
     roofline and compile count where the rows have them, and speed-ups = reference time /
     variant time (with their range above the table); then the rows that failed."""
-    # rows in the harness's schema (rows made by hand in the older one are renamed)
-    rows = [{harness().LEGACY_ROW.get(k, k): v for k, v in r.items()} for r in bench.rows]
+    # rows in the schema of vseries.results (rows made by hand in the older one are renamed)
+    rows = [{LEGACY_ROW.get(k, k): v for k, v in r.items()} for r in bench.rows]
     variants = list(dict.fromkeys(r["variant"] for r in rows))
     ref = bench.ref or ("base" if "base" in variants else None)
     if ref in variants:
         variants.remove(ref)
         variants.insert(0, ref)
-    base_key = tuple(KEY)  # the harness's shape, dtype, m
+    base_key = tuple(KEY)  # the schema's shape, dtype, m
     seen: dict[tuple, dict] = {}
     extra = []
     for r in rows:
@@ -257,7 +250,7 @@ def bench_table(bench: Bench) -> str:
         *(f"{v or 'time'} {m[1]}" for v in variants for m in measures),
         *(f"{v} vs {ref}" for v in others),
     ]
-    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    lines = []
     errors, ratios = [], {v: {} for v in others}  # variant -> case -> speed-ups
     for key, by in cells.items():
         row = [str(x) for x in key]
@@ -273,8 +266,8 @@ def bench_table(bench: Bench) -> str:
             row.append(f"{ref_us / us:.2f}x" if ok else "-")
             if ok:
                 ratios[v].setdefault(f"{key[0]} {key[1]}".strip(), []).append(ref_us / us)
-        lines.append("| " + " | ".join(row) + " |")
-    table = "\n".join(lines)
+        lines.append(row)
+    table = markdown_table(head, lines)
     out = _summary(
         ratios, {v: f"of {v} over {ref} (= {ref} time / {v} time; above 1: faster)" for v in ratios}
     )

@@ -44,18 +44,11 @@ def preflight(ws: Workspace, pin: pinmod.Pin, entries: list[series.Entry]) -> No
     git.require_clean(
         vdir, "a rebase could lose", "git -C vllm stash   # or commit them and scripts/refresh.sh"
     )
-    want = am.wanted_ids(vdir, entries)
-    tips = {git.rev(vdir, "HEAD"), git.rev(vdir, am.BRANCH)} - {None}
-    foreign = [
-        c
-        for t in sorted(tips)
-        if git.ok(vdir, "merge-base", "--is-ancestor", pin.commit, t)
-        for c in am.foreign_commits(vdir, pin.commit, t, want)
-    ]
+    foreign = am.reset_would_lose(vdir, pin.commit, am.wanted_ids(vdir, entries))
     if foreign:
         raise SeriesError(
             "vllm/ holds commits that patches/ does not (the rebase replays "
-            "patches/):\n" + "\n".join(f"  {c}" for c in dict.fromkeys(foreign)),
+            "patches/):\n" + "\n".join(f"  {c}" for c in foreign),
             "scripts/refresh.sh   # export them first",
         )
 

@@ -1,0 +1,39 @@
+# shellcheck shell=bash
+# Sourced by the H200 host scripts (run.sh, moved.sh, kernels.sh) from the workspace root:
+# where a staged tree is, how a step runs in it, the GPU line a log starts with.
+# Reads SITE (/root/site), TREE_ROOT (/root) and, for run_at, `deadline` (in $SECONDS).
+SITE=${SITE:-/root/site}
+TREE_ROOT=${TREE_ROOT:-/root}
+ws=$PWD
+# tree_dir NAME: the staged tree NAME (assemble.sh unpacks stage.py's src-NAME part there);
+# benchmarks/e2e/names.py host_dir is the same rule for the Python side (a test holds them
+# together)
+tree_dir() { echo "$TREE_ROOT/vllm-$1"; }
+# tree_path NAME: PYTHONPATH of a step in tree NAME: the staged wheels, the tree, then the
+# workspace (last: its own vllm/ folder must not shadow the tree's package; the workspace
+# gives vseries and benchmarks, which the staged trees, holding only vllm/ and tests/, lack)
+tree_path() { echo "$SITE:$(tree_dir "$1"):$ws"; }
+gpu_line() { nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv; }
+left() {
+  local d=${deadline:?set deadline (in $SECONDS) before run_at}
+  echo $((d - SECONDS))
+}
+# run_at DIR TREE LIMIT CMD...: CMD in DIR with the tree's PYTHONPATH, at most LIMIT seconds
+# and never past the deadline
+run_at() {
+  local dir=$1 tree=$2 limit=$3 t
+  shift 3
+  t=$(left)
+  [ "$t" -lt "$limit" ] && limit=$t
+  if [ "$limit" -le 5 ]; then
+    echo "!!! skipped (budget): $*"
+    return 1
+  fi
+  echo "=== [$tree, ${limit}s, at ${SECONDS}s] $*"
+  (cd "$dir" && PYTHONPATH="$(tree_path "$tree")" timeout "$limit" "$@") ||
+    echo "!!! failed or timed out ($tree): $*"
+}
+# run_in TREE LIMIT CMD...: inside the tree (vLLM's own tests, the benchmarks);
+# run_ws TREE LIMIT CMD...: from the workspace root (the contract tests)
+run_in() { run_at "$(tree_dir "$1")" "$@"; }
+run_ws() { run_at "$ws" "$@"; }
