@@ -76,16 +76,16 @@ PY
       ;;
     epnan)
       # the expert-parallel NaN: its vLLM test on both trees (base: the series' copy of it),
-      # then benchmarks/h200/ep_nan.py per tree (numerics and the layer's time)
+      # then benchmarks/ep_nan.py per tree (numerics and the layer's time)
       t=tests/kernels/moe/test_fused_moe_ep_dynamic_scale.py
       cp "/root/vllm-series/$t" "/root/vllm-base/$t"
       for tr in series base; do
         run_in "$tr" 150 python3 -m pytest -q -p no:cacheprovider -rf "$t" \
           --junitxml "$R/epnan-test-$tr.xml"
-        run_ws "$tr" 150 python3 benchmarks/h200/ep_nan.py --variant "$tr" --time \
+        run_ws "$tr" 150 python3 -m benchmarks.ep_nan --variant "$tr" --time \
           --out "$R/ep_nan-$tr.json"
       done
-      run_ws series 30 python3 benchmarks/h200/ep_nan.py --compare "$R/ep_nan-base.json" \
+      run_ws series 30 python3 -m benchmarks.ep_nan --compare "$R/ep_nan-base.json" \
         "$R/ep_nan-series.json"
       ;;
     wheel)

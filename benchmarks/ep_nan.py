@@ -8,11 +8,11 @@ it comes), or a private pool whose free memory holds NaN or inf. Each cell is ma
 |ref| or "NaN". ``--time`` adds the layer's time under CUDA-graph replay (dynamic scales, EP
 over 2 ranks, 8 routings cycled) for the Qwen3-30B-A3B and DeepSeek-V3 TP8 shapes.
 
-    python benchmarks/h200/ep_nan.py --variant base --time --out base.json        # v0.34.0
-    python benchmarks/h200/ep_nan.py --variant series --time --out series.json    # the series
-    python benchmarks/h200/ep_nan.py --compare base.json series.json
+    python -m benchmarks.ep_nan --variant base --time --out base.json        # v0.34.0
+    python -m benchmarks.ep_nan --variant series --time --out series.json    # the series
+    python -m benchmarks.ep_nan --compare base.json series.json
 
-Only ``vllm`` (either tree) needs to be importable; the harness is ``benchmarks/harness.py``.
+Only ``vllm`` (either tree) needs to be importable; the harness is ``benchmarks.harness``.
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import harness  # noqa: E402
+from benchmarks import harness
+from vseries import results
 
 BENCH = "ep_nan"
 E_GLOBAL, E_LOCAL = 16, 8
@@ -107,7 +106,7 @@ def _reference(w1, w2, s1, s2, x, tw, ti, emap, a1=None, a2=None):
     return out, h
 
 
-def numerics(variant: str) -> list[harness.Row]:
+def numerics(variant: str) -> list[results.Row]:
     from vllm.model_executor.layers.fused_moe import fused_experts
     from vllm.model_executor.layers.fused_moe.config import fp8_w8a8_moe_quant_config
 
@@ -140,14 +139,14 @@ def numerics(variant: str) -> list[harness.Row]:
                     err = None if nan else float((out - ref).abs().max() / ref.abs().max())
                     extra = {"scales": scales, "poison": poison, "nan": nan, "err": err}
                     rows.append(
-                        harness.Row(
+                        results.Row(
                             BENCH, shape, "fp8_w8a8", m, variant, None, None, None, extra=extra
                         )
                     )
     return rows
 
 
-def timings(variant: str) -> list[harness.Row]:
+def timings(variant: str) -> list[results.Row]:
     """Dynamic scales, EP over 2 ranks (the first half of the experts local)."""
     import torch
     from vllm.model_executor.layers.fused_moe import fused_experts
@@ -174,7 +173,7 @@ def timings(variant: str) -> list[harness.Row]:
             ]
             t = harness.time_graph(calls)
             rows.append(
-                harness.Row(
+                results.Row(
                     BENCH,
                     shape,
                     "fp8_w8a8",
@@ -230,7 +229,7 @@ def main() -> int:
     if args.compare:
         runs = []
         for path in args.compare:
-            head, rows = harness.load(path)
+            head, rows = results.load(path)
             runs.append((head["variant"], rows))
         print(table(runs))
         return 0
@@ -241,10 +240,10 @@ def main() -> int:
     head = harness.header(BENCH, args.variant, None)
     with set_current_vllm_config(VllmConfig()):
         rows = numerics(args.variant)
-        harness.write(args.out, head, rows)  # kept should the timing not finish
+        results.write(args.out, head, rows)  # kept should the timing not finish
         if args.time:
             rows += timings(args.variant)
-            harness.write(args.out, head, rows)
+            results.write(args.out, head, rows)
     print(table([(args.variant, [r.as_dict() for r in rows])]))
     bad = [r for r in rows if r.extra.get("nan") or (r.extra.get("err") or 0) >= 0.06]
     print(f"{len(bad)} of {sum('err' in r.extra for r in rows)} cases NaN or >= 0.06 off")
