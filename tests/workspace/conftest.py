@@ -1,17 +1,20 @@
 """Fixtures: the real pinned tree (built once from the verified source release), throw-away
 workspace copies that point VSERIES_ROOT at it, small synthetic repos, and a local package
-index served on 127.0.0.1 for the download tests."""
+index served on 127.0.0.1 for the download tests. And the tier check: a test not marked
+``slow`` that takes longer than SLOW_AFTER_S fails the run (see the end of this file)."""
 
 import hashlib
 import http.server
 import json
 import os
 import re
+import resource
 import shlex
 import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -307,3 +310,107 @@ def index(monkeypatch):
     monkeypatch.setattr(fetch, "INDEX", f"http://127.0.0.1:{srv.server_address[1]}/simple")
     yield handler
     srv.shutdown()
+
+
+# ---- the tier check ----------------------------------------------------------------------------
+# A test's tier is chosen by what it costs: one not marked slow may use SLOW_AFTER_S seconds
+# of CPU (its process and the processes it ran, waited for: what a 2-core host pays, and
+# what another job on a shared host hardly changes) and six times that in wall time (a test
+# that sleeps or waits on a time-out). Setup, call and teardown count, less the session- and
+# module-scoped fixtures it happened to set up first (paid once per worker, whichever test
+# comes first). A test past either limit fails the run, named. VSERIES_SLOW_AFTER_S changes
+# the limit; 0 turns the check off.
+SLOW_AFTER_S = float(os.environ.get("VSERIES_SLOW_AFTER_S", "5"))
+WALL_FACTOR = 6
+_start: tuple[float, float] = (0.0, 0.0)  # (wall, CPU) when the current test's setup began
+_shared = [0.0, 0.0]  # (wall, CPU) of shared fixtures set up during it
+_took: dict[str, tuple[float, float]] = {}  # node id -> (wall, CPU), tests not marked slow
+
+
+def _clock() -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process and its waited-for children)."""
+    me, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return time.perf_counter(), me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+# Tests measured past the limit in files this branch leaves to another: the marker belongs on
+# the test itself; move it there with the file's next change and drop the line here.
+MEASURED_SLOW = {
+    "tests/workspace/test_benchmarks.py::test_warmup_enumeration_measures_the_series_walk_on_cpu",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m "not slow" deselects
+def pytest_collection_modifyitems(items):
+    """The slow tests first (stable otherwise): spread over workers, the longest start first
+    and the short ones fill the gaps (scripts/test.sh runs the full tier on two workers)."""
+    for item in items:
+        if item.nodeid in MEASURED_SLOW:
+            item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef):
+    before = _clock()
+    yield
+    if fixturedef.scope != "function":
+        after = _clock()
+        _shared[0] += after[0] - before[0]
+        _shared[1] += after[1] - before[1]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup():
+    global _start
+    _start, _shared[:] = _clock(), [0.0, 0.0]
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item):
+    yield
+    end = _clock()  # before the teardown report is made, which carries the properties along
+    item.user_properties.append(("tier_wall_s", end[0] - _start[0] - _shared[0]))
+    item.user_properties.append(("tier_cpu_s", end[1] - _start[1] - _shared[1]))
+
+
+def pytest_runtest_logreport(report):
+    if report.when != "teardown" or "slow" in report.keywords:
+        return
+    props = dict(report.user_properties)
+    if "tier_cpu_s" in props:
+        _took[report.nodeid] = (props["tier_wall_s"], props["tier_cpu_s"])
+
+
+def pytest_sessionfinish(session):
+    """Fail the run (on the controller, or the one process without xdist) when a test not
+    marked slow went past the limits."""
+    if hasattr(session.config, "workerinput") or SLOW_AFTER_S <= 0:
+        return
+    over = sorted(
+        (cpu, wall, n)
+        for n, (wall, cpu) in _took.items()
+        if cpu > SLOW_AFTER_S or wall > WALL_FACTOR * SLOW_AFTER_S
+    )[::-1]
+    if not over:
+        return
+    text = (
+        f"{len(over)} test(s) not marked slow went past the fast tier's limit of "
+        f"{SLOW_AFTER_S:g} s of CPU ({WALL_FACTOR * SLOW_AFTER_S:g} s of wall time) each:\n"
+        + "\n".join(f"{cpu:6.1f} s CPU {wall:6.1f} s wall  {n}" for cpu, wall, n in over)
+        + "\nmake them cheaper or mark them @pytest.mark.slow (VSERIES_SLOW_AFTER_S=<seconds> "
+        "sets the limit, 0 turns this check off)"
+    )
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    if tr is not None:
+        tr.ensure_newline()
+        tr.write_sep("=", "tier check", red=True)
+        tr.write_line(text)
+    else:
+        print(text, file=sys.stderr)
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
