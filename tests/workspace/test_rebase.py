@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, git, make_patch
 
-from vseries import apply, patchfile, rebase, release, series
+from vseries import apply, contract, patchfile, rebase, release, series
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
 from vseries.rebase import engine
@@ -280,14 +280,23 @@ def test_contract_passing_on_plain_upstream_is_upstreamed_despite_a_conflict(two
         ),
     ],
 )
-def test_contract_decides_only_on_an_assertion(two, index, body, said):
+def test_contract_decides_only_on_an_assertion(two, index, body, said, monkeypatch):
     """A GPU-only contract on a CPU host, or one that cannot import what it checks, decides
     nothing: the conflict stands and the reason is given. A failing assertion says the patch is
-    still needed."""
+    still needed, and the old pin is asked which of its tests upstream took: each tree runs
+    the contract once."""
     with_contract(two, body)
     publish(index, "0.99.0", {"a.py": A, "b.py": "x = 1 + 1\n"})
+    runs, real = [], contract.run_one
+
+    def counted(test, tree, *args, **kwargs):
+        runs.append(Path(tree).name)
+        return real(test, tree, *args, **kwargs)
+
+    monkeypatch.setattr(contract, "run_one", counted)
     with pytest.raises(SeriesError) as e:
         cli("v0.99.0", "--commit", FULL)
+    assert runs == (["upstream", "old-pin"] if "b.x == 3" in body else ["upstream"])
     assert "0001-Perf-b-two.patch conflicts" in str(e.value)
     assert said in str(e.value)
     if "import vllm_moved_away" in body:
