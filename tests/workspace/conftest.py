@@ -322,20 +322,6 @@ def index(monkeypatch):
 # the limit; 0 turns the check off.
 SLOW_AFTER_S = float(os.environ.get("VSERIES_SLOW_AFTER_S", "5"))
 WALL_FACTOR = 6
-_start: tuple[float, float] = (0.0, 0.0)  # (wall, CPU) when the current test's setup began
-_shared = [0.0, 0.0]  # (wall, CPU) of shared fixtures set up during it
-_took: dict[str, tuple[float, float]] = {}  # node id -> (wall, CPU), tests not marked slow
-
-
-def _clock() -> tuple[float, float]:
-    """(wall seconds, CPU seconds of this process and its waited-for children)."""
-    me, kids = (
-        resource.getrusage(resource.RUSAGE_SELF),
-        resource.getrusage(resource.RUSAGE_CHILDREN),
-    )
-    return time.perf_counter(), me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
-
-
 # Tests measured past the limit in files this branch leaves to another: the marker belongs on
 # the test itself; move it there with the file's next change and drop the line here.
 MEASURED_SLOW = {
@@ -353,64 +339,83 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_fixture_setup(fixturedef):
-    before = _clock()
-    yield
-    if fixturedef.scope != "function":
-        after = _clock()
-        _shared[0] += after[0] - before[0]
-        _shared[1] += after[1] - before[1]
+def pytest_configure(config):
+    # a plugin of its own, not conftest hooks: a session-scoped fixture is set up under the
+    # session's node, where the hooks of this folder's conftest are not called
+    if SLOW_AFTER_S > 0:
+        config.pluginmanager.register(TierCheck(), "vseries-tier-check")
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_setup():
-    global _start
-    _start, _shared[:] = _clock(), [0.0, 0.0]
-    yield
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_teardown(item):
-    yield
-    end = _clock()  # before the teardown report is made, which carries the properties along
-    item.user_properties.append(("tier_wall_s", end[0] - _start[0] - _shared[0]))
-    item.user_properties.append(("tier_cpu_s", end[1] - _start[1] - _shared[1]))
-
-
-def pytest_runtest_logreport(report):
-    if report.when != "teardown" or "slow" in report.keywords:
-        return
-    props = dict(report.user_properties)
-    if "tier_cpu_s" in props:
-        _took[report.nodeid] = (props["tier_wall_s"], props["tier_cpu_s"])
-
-
-def pytest_sessionfinish(session):
-    """Fail the run (on the controller, or the one process without xdist) when a test not
-    marked slow went past the limits."""
-    if hasattr(session.config, "workerinput") or SLOW_AFTER_S <= 0:
-        return
-    over = sorted(
-        (cpu, wall, n)
-        for n, (wall, cpu) in _took.items()
-        if cpu > SLOW_AFTER_S or wall > WALL_FACTOR * SLOW_AFTER_S
-    )[::-1]
-    if not over:
-        return
-    text = (
-        f"{len(over)} test(s) not marked slow went past the fast tier's limit of "
-        f"{SLOW_AFTER_S:g} s of CPU ({WALL_FACTOR * SLOW_AFTER_S:g} s of wall time) each:\n"
-        + "\n".join(f"{cpu:6.1f} s CPU {wall:6.1f} s wall  {n}" for cpu, wall, n in over)
-        + "\nmake them cheaper or mark them @pytest.mark.slow (VSERIES_SLOW_AFTER_S=<seconds> "
-        "sets the limit, 0 turns this check off)"
+def clock() -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process and its waited-for children)."""
+    me, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
     )
-    tr = session.config.pluginmanager.get_plugin("terminalreporter")
-    if tr is not None:
-        tr.ensure_newline()
-        tr.write_sep("=", "tier check", red=True)
-        tr.write_line(text)
-    else:
-        print(text, file=sys.stderr)
-    if session.exitstatus == pytest.ExitCode.OK:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    return time.perf_counter(), me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class TierCheck:
+    """Measures each test where it runs (a worker), judges on the controller (or the one
+    process without xdist); the measure travels in the teardown report's user_properties."""
+
+    def __init__(self):
+        self.start = (0.0, 0.0)  # (wall, CPU) when the current test's setup began
+        self.shared = [0.0, 0.0]  # (wall, CPU) of shared fixtures set up during it
+        self.took: dict[str, tuple[float, float]] = {}  # node id -> (wall, CPU), not slow
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_fixture_setup(self, fixturedef):
+        before = clock()
+        yield
+        if fixturedef.scope != "function":
+            after = clock()
+            self.shared[0] += after[0] - before[0]
+            self.shared[1] += after[1] - before[1]
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_setup(self):
+        self.start, self.shared = clock(), [0.0, 0.0]
+        yield
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_teardown(self, item):
+        yield
+        end = clock()  # before the teardown report is made, which carries the properties
+        item.user_properties.append(("tier_wall_s", end[0] - self.start[0] - self.shared[0]))
+        item.user_properties.append(("tier_cpu_s", end[1] - self.start[1] - self.shared[1]))
+
+    def pytest_runtest_logreport(self, report):
+        if report.when != "teardown" or "slow" in report.keywords:
+            return
+        props = dict(report.user_properties)
+        if "tier_cpu_s" in props:
+            self.took[report.nodeid] = (props["tier_wall_s"], props["tier_cpu_s"])
+
+    def pytest_sessionfinish(self, session):
+        """Fail the run when a test not marked slow went past the limits."""
+        if hasattr(session.config, "workerinput"):
+            return
+        over = sorted(
+            (cpu, wall, n)
+            for n, (wall, cpu) in self.took.items()
+            if cpu > SLOW_AFTER_S or wall > WALL_FACTOR * SLOW_AFTER_S
+        )[::-1]
+        if not over:
+            return
+        text = (
+            f"{len(over)} test(s) not marked slow went past the fast tier's limit of "
+            f"{SLOW_AFTER_S:g} s of CPU ({WALL_FACTOR * SLOW_AFTER_S:g} s of wall time) each:\n"
+            + "\n".join(f"{cpu:6.1f} s CPU {wall:6.1f} s wall  {n}" for cpu, wall, n in over)
+            + "\nmake them cheaper or mark them @pytest.mark.slow "
+            "(VSERIES_SLOW_AFTER_S=<seconds> sets the limit, 0 turns this check off)"
+        )
+        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.ensure_newline()
+            tr.write_sep("=", "tier check", red=True)
+            tr.write_line(text)
+        else:
+            print(text, file=sys.stderr)
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
