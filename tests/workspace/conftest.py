@@ -58,8 +58,9 @@ def materialised(p: pinmod.Pin) -> Path | None:
     return None
 
 
-def clone_pinned(src: Path, dest: Path, commit: str) -> None:
-    """A cheap clone of a materialised tree, replace refs and tags included."""
+def clone_pinned(src: Path, dest: Path, commit: str, checkout: bool = True) -> None:
+    """A cheap clone of a materialised tree, replace refs and tags included; checkout=False:
+    HEAD at ``commit`` and no files written (enough to clone, archive or add worktrees)."""
     dest.mkdir(parents=True)
     git(dest, "init", "-q")
     # borrow the objects (like clone --shared); a plain clone would fail on the detached HEAD
@@ -67,7 +68,10 @@ def clone_pinned(src: Path, dest: Path, commit: str) -> None:
     objects = git(src, "rev-parse", "--path-format=absolute", "--git-path", "objects")
     (dest / ".git" / "objects" / "info" / "alternates").write_text(f"{objects}\n")
     git(dest, "fetch", "-q", str(src), "refs/replace/*:refs/replace/*", "refs/tags/*:refs/tags/*")
-    git(dest, "checkout", "-q", "--detach", commit)
+    if checkout:
+        git(dest, "checkout", "-q", "--detach", commit)
+    else:  # what checkout --detach writes, without the 5,000 files (1-7 s on a slow disk)
+        (dest / ".git" / "HEAD").write_text(commit + "\n")
     git(dest, "config", "vseries.source", "clone of the test tree")
 
 
@@ -75,8 +79,9 @@ def clone_pinned(src: Path, dest: Path, commit: str) -> None:
 def pristine_of(tmp_path_factory):
     """pristine_of(pin): the real vLLM tree of any pin (a kept line's too) as a git repo at
     the pinned id, made once per session: a clone of the workspace's own tree of that pin
-    where set-up made one from the same source release (materialised), else built from the
-    cached source release. Read-only: tests clone it (clone_pinned) or add worktrees."""
+    where set-up made one from the same source release (materialised; no files checked out),
+    else built from the cached source release. Read-only: tests clone it (clone_pinned),
+    archive it or add worktrees."""
     made: dict[str, Path] = {}
 
     def get(p: pinmod.Pin) -> Path:
@@ -84,7 +89,7 @@ def pristine_of(tmp_path_factory):
             dest = tmp_path_factory.mktemp(f"pristine-{p.tag}") / "vllm"
             own = materialised(p)
             if own is not None:
-                clone_pinned(own, dest, p.commit)
+                clone_pinned(own, dest, p.commit, checkout=False)
             else:
                 tarball = fetch.fetch(p.package, p.source)
                 release.repo_from_sdist(tarball, dest, p.commit, p.tag, "sdist (test)")
@@ -134,16 +139,82 @@ def ws_before(tmp_path, pristine_of, monkeypatch):
     return make
 
 
+class Trees:
+    """Clones of the pinned tree that the ws fixture lends and takes back, reset. Checking
+    one out writes 5,000 files (1-5 s, most of it the disk); putting one back at the pin
+    after a test rewrites only what the test changed. A tree that does not come back exactly
+    as it was lent (HEAD at the pin, nothing changed, untracked or ignored, the same refs and
+    config, no other worktree, no am in progress) is thrown away."""
+
+    def __init__(self, base: Path, pristine: Path, commit: str):
+        self.base, self.pristine, self.commit = base, pristine, commit
+        self.free: list[Path] = []
+        self.made = 0
+        self.free.append(self._new())  # made with the session fixture, not by the first test
+
+    def _new(self) -> Path:
+        self.made += 1
+        tree = self.base / f"tree-{self.made}"
+        clone_pinned(self.pristine, tree, self.commit)
+        shutil.copy(tree / ".git" / "config", tree / ".git" / "vseries-lent-config")
+        (tree / ".git" / "vseries-lent-refs").write_text(git(tree, "for-each-ref"))
+        return tree
+
+    def lend(self, dest: Path) -> None:
+        """A clean clone at the pin, moved to ``dest``."""
+        (self.free.pop() if self.free else self._new()).rename(dest)
+
+    def take_back(self, tree: Path) -> None:
+        """Reset ``tree`` to the pin and keep it for the next test, or throw it away."""
+        home = self.base / f"free-{len(self.free)}-{self.made}-{tree.parent.parent.name}"
+        try:
+            self._reset(tree)
+            tree.rename(home)
+            self.free.append(home)
+        except (subprocess.CalledProcessError, AssertionError, OSError):
+            shutil.rmtree(tree, ignore_errors=True)
+
+    def _reset(self, tree: Path) -> None:
+        gitdir = tree / ".git"
+        for line in git(tree, "worktree", "list", "--porcelain").splitlines()[1:]:
+            if line.startswith("worktree "):
+                git(tree, "worktree", "remove", "--force", line.split(" ", 1)[1])
+        git(tree, "worktree", "prune")
+        for busy in ("rebase-apply", "rebase-merge"):
+            shutil.rmtree(gitdir / busy, ignore_errors=True)
+        for name in ("MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "MERGE_MSG", "AUTO_MERGE"):
+            (gitdir / name).unlink(missing_ok=True)
+        shutil.copy(gitdir / "vseries-lent-config", gitdir / "config")
+        refs = (gitdir / "vseries-lent-refs").read_text()
+        git(tree, "checkout", "-f", "-q", "--detach", self.commit)
+        git(tree, "clean", "-ffdxq")
+        lent = set(refs.splitlines())
+        for line in git(tree, "for-each-ref").splitlines():
+            if line not in lent:
+                git(tree, "update-ref", "-d", line.split("\t", 1)[1])
+        assert git(tree, "for-each-ref") == refs
+        assert git(tree, "rev-parse", "HEAD") == git(tree, "rev-parse", f"{self.commit}^{{commit}}")
+        assert git(tree, "status", "--porcelain", "--ignored") == ""
+
+
+@pytest.fixture(scope="session")
+def trees(tmp_path_factory, pristine, pin) -> Trees:
+    return Trees(tmp_path_factory.mktemp("real-trees"), pristine, pin.commit)
+
+
 @pytest.fixture
-def ws(tmp_path, pristine, pin, monkeypatch) -> Path:
-    """A workspace copy with the real pin and series, and vllm/ at the pin."""
+def ws(tmp_path, trees, monkeypatch) -> Path:
+    """A workspace copy with the real pin and series, and vllm/ at the pin (a tree of
+    ``trees``, given back reset after the test)."""
     root = tmp_path / "ws"
     root.mkdir()
     shutil.copy(ROOT / "upstream.toml", root)
     shutil.copytree(ROOT / "patches", root / "patches")
-    clone_pinned(pristine, root / "vllm", pin.commit)
+    trees.lend(root / "vllm")
     monkeypatch.setenv("VSERIES_ROOT", str(root))
-    return root
+    yield root
+    if (root / "vllm" / ".git").is_dir():
+        trees.take_back(root / "vllm")
 
 
 def tiny_workspace(root: Path) -> Path:
