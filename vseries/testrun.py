@@ -2,9 +2,10 @@
 
 ``--fast`` is the edit-test loop: the workspace tier without the tests marked ``slow`` (real
 rebases, the real series end to end). The full run (what CI runs) is every tier with every
-test. A tier that fails, or that collects no test, makes the run fail. The upstream tier
-needs a CUDA device; without one it is reported as not run, with the reason, and does not
-count as a pass or a failure.
+test. A workspace test not marked slow that takes more than a few seconds fails the run
+(the tier check in tests/workspace/conftest.py). A tier that fails, or that collects no
+test, makes the run fail. The upstream tier needs a CUDA device; without one it is reported
+as not run, with the reason, and does not count as a pass or a failure.
 """
 
 import os
@@ -47,15 +48,18 @@ def slow_tests(ws: Workspace) -> int:
 
 
 def tier_workspace(ws: Workspace, fast: bool) -> bool:
-    """pytest tests/workspace, output as it runs. fast: without the tests marked slow, on up
-    to WORKERS processes (pytest-xdist)."""
-    args = ["tests/workspace"]
+    """pytest tests/workspace, output as it runs, on up to WORKERS processes (pytest-xdist),
+    one test handed out at a time (the slow tests, collected first, start first; a worker
+    that finishes takes the next). fast: without the tests marked slow."""
+    workers = min(WORKERS, os.cpu_count() or 1)
+    args = ["tests/workspace", "-n", str(workers), "--maxschedchunk", "1"]
     if fast:
-        workers = min(WORKERS, os.cpu_count() or 1)
         print(
             f"workspace tier, fast: {slow_tests(ws)} tests marked slow left out; {workers} workers"
         )
-        args += ["-m", "not slow", "-n", str(workers)]
+        args += ["-m", "not slow"]
+    else:
+        print(f"workspace tier: {workers} workers")
     code = subprocess.call([*PYTEST, *args], cwd=ws.root)
     if code == 5:
         print("workspace tier: collected no test — that is a failure")

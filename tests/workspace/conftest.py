@@ -1,17 +1,20 @@
 """Fixtures: the real pinned tree (built once from the verified source release), throw-away
 workspace copies that point VSERIES_ROOT at it, small synthetic repos, and a local package
-index served on 127.0.0.1 for the download tests."""
+index served on 127.0.0.1 for the download tests. And the tier check: a test not marked
+``slow`` that takes longer than SLOW_AFTER_S fails the run (see the end of this file)."""
 
 import hashlib
 import http.server
 import json
 import os
 import re
+import resource
 import shlex
 import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -34,41 +37,72 @@ def pin() -> pinmod.Pin:
     return pinmod.load(ROOT / "upstream.toml")
 
 
-@pytest.fixture(scope="session")
-def pristine(tmp_path_factory, pin) -> Path:
-    """The real vLLM tree of the pin as a git repo at the pinned id (from the cached sdist)."""
-    tarball = fetch.fetch(pin.package, pin.source)
-    dest = tmp_path_factory.mktemp("pristine") / "vllm"
-    release.repo_from_sdist(tarball, dest, pin.commit, pin.tag, "sdist (test)")
-    return dest
+def materialised(p: pinmod.Pin) -> Path | None:
+    """The workspace's own tree of pin ``p`` (vllm/, or a kept line's
+    .vseries/lines/<tag>/vllm) when scripts/setup.sh made it from p's verified source release:
+    it holds the very commit release.repo_from_sdist makes of that release (the same files,
+    identity and date give the same id), so a clone that borrows its objects stands in for
+    building the tree again (20-40 s on 2 cores). None when there is no such tree (set-up not
+    run, the git route, another pin)."""
+    note = f"sdist {p.source.filename} sha256={p.source.sha256}"
+    for tree in (ROOT / "vllm", ROOT / ".vseries" / "lines" / p.tag / "vllm"):
+        probe = ["git", "-C", str(tree)]
+        if not (tree / ".git").exists():
+            continue
+        said = subprocess.run([*probe, "config", "--get", "vseries.source"], capture_output=True)
+        has = subprocess.run(
+            [*probe, "rev-parse", "-q", "--verify", f"{p.commit}^{{commit}}"], capture_output=True
+        )
+        if said.stdout.decode().strip() == note and has.returncode == 0:
+            return tree
+    return None
 
 
-def clone_pinned(src: Path, dest: Path, commit: str) -> None:
-    """A cheap clone of a materialised tree, replace refs and tags included."""
+def clone_pinned(src: Path, dest: Path, commit: str, checkout: bool = True) -> None:
+    """A cheap clone of a materialised tree, replace refs and tags included; checkout=False:
+    HEAD at ``commit`` and no files written (enough to clone, archive or add worktrees)."""
     dest.mkdir(parents=True)
     git(dest, "init", "-q")
     # borrow the objects (like clone --shared); a plain clone would fail on the detached HEAD
     # that only resolves through the replace ref it has not fetched yet
-    (dest / ".git" / "objects" / "info" / "alternates").write_text(f"{src}/.git/objects\n")
+    objects = git(src, "rev-parse", "--path-format=absolute", "--git-path", "objects")
+    (dest / ".git" / "objects" / "info" / "alternates").write_text(f"{objects}\n")
     git(dest, "fetch", "-q", str(src), "refs/replace/*:refs/replace/*", "refs/tags/*:refs/tags/*")
-    git(dest, "checkout", "-q", "--detach", commit)
+    if checkout:
+        git(dest, "checkout", "-q", "--detach", commit)
+    else:  # what checkout --detach writes, without the 5,000 files (1-7 s on a slow disk)
+        (dest / ".git" / "HEAD").write_text(commit + "\n")
     git(dest, "config", "vseries.source", "clone of the test tree")
 
 
 @pytest.fixture(scope="session")
 def pristine_of(tmp_path_factory):
-    """pristine_of(pin): the real vLLM tree of any pin (a kept line's too), made once."""
+    """pristine_of(pin): the real vLLM tree of any pin (a kept line's too) as a git repo at
+    the pinned id, made once per session: a clone of the workspace's own tree of that pin
+    where set-up made one from the same source release (materialised; no files checked out),
+    else built from the cached source release. Read-only: tests clone it (clone_pinned),
+    archive it or add worktrees."""
     made: dict[str, Path] = {}
 
     def get(p: pinmod.Pin) -> Path:
         if p.commit not in made:
-            tarball = fetch.fetch(p.package, p.source)
             dest = tmp_path_factory.mktemp(f"pristine-{p.tag}") / "vllm"
-            release.repo_from_sdist(tarball, dest, p.commit, p.tag, "sdist (test)")
+            own = materialised(p)
+            if own is not None:
+                clone_pinned(own, dest, p.commit, checkout=False)
+            else:
+                tarball = fetch.fetch(p.package, p.source)
+                release.repo_from_sdist(tarball, dest, p.commit, p.tag, "sdist (test)")
             made[p.commit] = dest
         return made[p.commit]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def pristine(pristine_of, pin) -> Path:
+    """The real vLLM tree of the pin as a git repo at the pinned id (pristine_of)."""
+    return pristine_of(pin)
 
 
 def line_dirs() -> list[Path]:
@@ -105,16 +139,82 @@ def ws_before(tmp_path, pristine_of, monkeypatch):
     return make
 
 
+class Trees:
+    """Clones of the pinned tree that the ws fixture lends and takes back, reset. Checking
+    one out writes 5,000 files (1-5 s, most of it the disk); putting one back at the pin
+    after a test rewrites only what the test changed. A tree that does not come back exactly
+    as it was lent (HEAD at the pin, nothing changed, untracked or ignored, the same refs and
+    config, no other worktree, no am in progress) is thrown away."""
+
+    def __init__(self, base: Path, pristine: Path, commit: str):
+        self.base, self.pristine, self.commit = base, pristine, commit
+        self.free: list[Path] = []
+        self.made = 0
+        self.free.append(self._new())  # made with the session fixture, not by the first test
+
+    def _new(self) -> Path:
+        self.made += 1
+        tree = self.base / f"tree-{self.made}"
+        clone_pinned(self.pristine, tree, self.commit)
+        shutil.copy(tree / ".git" / "config", tree / ".git" / "vseries-lent-config")
+        (tree / ".git" / "vseries-lent-refs").write_text(git(tree, "for-each-ref"))
+        return tree
+
+    def lend(self, dest: Path) -> None:
+        """A clean clone at the pin, moved to ``dest``."""
+        (self.free.pop() if self.free else self._new()).rename(dest)
+
+    def take_back(self, tree: Path) -> None:
+        """Reset ``tree`` to the pin and keep it for the next test, or throw it away."""
+        home = self.base / f"free-{len(self.free)}-{self.made}-{tree.parent.parent.name}"
+        try:
+            self._reset(tree)
+            tree.rename(home)
+            self.free.append(home)
+        except (subprocess.CalledProcessError, AssertionError, OSError):
+            shutil.rmtree(tree, ignore_errors=True)
+
+    def _reset(self, tree: Path) -> None:
+        gitdir = tree / ".git"
+        for line in git(tree, "worktree", "list", "--porcelain").splitlines()[1:]:
+            if line.startswith("worktree "):
+                git(tree, "worktree", "remove", "--force", line.split(" ", 1)[1])
+        git(tree, "worktree", "prune")
+        for busy in ("rebase-apply", "rebase-merge"):
+            shutil.rmtree(gitdir / busy, ignore_errors=True)
+        for name in ("MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "MERGE_MSG", "AUTO_MERGE"):
+            (gitdir / name).unlink(missing_ok=True)
+        shutil.copy(gitdir / "vseries-lent-config", gitdir / "config")
+        refs = (gitdir / "vseries-lent-refs").read_text()
+        git(tree, "checkout", "-f", "-q", "--detach", self.commit)
+        git(tree, "clean", "-ffdxq")
+        lent = set(refs.splitlines())
+        for line in git(tree, "for-each-ref").splitlines():
+            if line not in lent:
+                git(tree, "update-ref", "-d", line.split("\t", 1)[1])
+        assert git(tree, "for-each-ref") == refs
+        assert git(tree, "rev-parse", "HEAD") == git(tree, "rev-parse", f"{self.commit}^{{commit}}")
+        assert git(tree, "status", "--porcelain", "--ignored") == ""
+
+
+@pytest.fixture(scope="session")
+def trees(tmp_path_factory, pristine, pin) -> Trees:
+    return Trees(tmp_path_factory.mktemp("real-trees"), pristine, pin.commit)
+
+
 @pytest.fixture
-def ws(tmp_path, pristine, pin, monkeypatch) -> Path:
-    """A workspace copy with the real pin and series, and vllm/ at the pin."""
+def ws(tmp_path, trees, monkeypatch) -> Path:
+    """A workspace copy with the real pin and series, and vllm/ at the pin (a tree of
+    ``trees``, given back reset after the test)."""
     root = tmp_path / "ws"
     root.mkdir()
     shutil.copy(ROOT / "upstream.toml", root)
     shutil.copytree(ROOT / "patches", root / "patches")
-    clone_pinned(pristine, root / "vllm", pin.commit)
+    trees.lend(root / "vllm")
     monkeypatch.setenv("VSERIES_ROOT", str(root))
-    return root
+    yield root
+    if (root / "vllm" / ".git").is_dir():
+        trees.take_back(root / "vllm")
 
 
 def tiny_workspace(root: Path) -> Path:
@@ -281,3 +381,112 @@ def index(monkeypatch):
     monkeypatch.setattr(fetch, "INDEX", f"http://127.0.0.1:{srv.server_address[1]}/simple")
     yield handler
     srv.shutdown()
+
+
+# ---- the tier check ----------------------------------------------------------------------------
+# A test's tier is chosen by what it costs: one not marked slow may use SLOW_AFTER_S seconds
+# of CPU (its process and the processes it ran, waited for: what a 2-core host pays, and
+# what another job on a shared host hardly changes) and six times that in wall time (a test
+# that sleeps or waits on a time-out). Setup, call and teardown count, less the session- and
+# module-scoped fixtures it happened to set up first (paid once per worker, whichever test
+# comes first). A test past either limit fails the run, named. VSERIES_SLOW_AFTER_S changes
+# the limit; 0 turns the check off.
+SLOW_AFTER_S = float(os.environ.get("VSERIES_SLOW_AFTER_S", "5"))
+WALL_FACTOR = 6
+# Tests measured past the limit in files this branch leaves to another: the marker belongs on
+# the test itself; move it there with the file's next change and drop the line here.
+MEASURED_SLOW = {
+    "tests/workspace/test_benchmarks.py::test_warmup_enumeration_measures_the_series_walk_on_cpu",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m "not slow" deselects
+def pytest_collection_modifyitems(items):
+    """The slow tests first (stable otherwise): spread over workers, the longest start first
+    and the short ones fill the gaps (scripts/test.sh runs the full tier on two workers)."""
+    for item in items:
+        if item.nodeid in MEASURED_SLOW:
+            item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def pytest_configure(config):
+    # a plugin of its own, not conftest hooks: a session-scoped fixture is set up under the
+    # session's node, where the hooks of this folder's conftest are not called
+    if SLOW_AFTER_S > 0:
+        config.pluginmanager.register(TierCheck(), "vseries-tier-check")
+
+
+def clock() -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process and its waited-for children)."""
+    me, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return time.perf_counter(), me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class TierCheck:
+    """Measures each test where it runs (a worker), judges on the controller (or the one
+    process without xdist); the measure travels in the teardown report's user_properties."""
+
+    def __init__(self):
+        self.start = (0.0, 0.0)  # (wall, CPU) when the current test's setup began
+        self.shared = [0.0, 0.0]  # (wall, CPU) of shared fixtures set up during it
+        self.took: dict[str, tuple[float, float]] = {}  # node id -> (wall, CPU), not slow
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_fixture_setup(self, fixturedef):
+        before = clock()
+        yield
+        if fixturedef.scope != "function":
+            after = clock()
+            self.shared[0] += after[0] - before[0]
+            self.shared[1] += after[1] - before[1]
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_setup(self):
+        self.start, self.shared = clock(), [0.0, 0.0]
+        yield
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_teardown(self, item):
+        yield
+        end = clock()  # before the teardown report is made, which carries the properties
+        item.user_properties.append(("tier_wall_s", end[0] - self.start[0] - self.shared[0]))
+        item.user_properties.append(("tier_cpu_s", end[1] - self.start[1] - self.shared[1]))
+
+    def pytest_runtest_logreport(self, report):
+        if report.when != "teardown" or "slow" in report.keywords:
+            return
+        props = dict(report.user_properties)
+        if "tier_cpu_s" in props:
+            self.took[report.nodeid] = (props["tier_wall_s"], props["tier_cpu_s"])
+
+    def pytest_sessionfinish(self, session):
+        """Fail the run when a test not marked slow went past the limits."""
+        if hasattr(session.config, "workerinput"):
+            return
+        over = sorted(
+            (cpu, wall, n)
+            for n, (wall, cpu) in self.took.items()
+            if cpu > SLOW_AFTER_S or wall > WALL_FACTOR * SLOW_AFTER_S
+        )[::-1]
+        if not over:
+            return
+        text = (
+            f"{len(over)} test(s) not marked slow went past the fast tier's limit of "
+            f"{SLOW_AFTER_S:g} s of CPU ({WALL_FACTOR * SLOW_AFTER_S:g} s of wall time) each:\n"
+            + "\n".join(f"{cpu:6.1f} s CPU {wall:6.1f} s wall  {n}" for cpu, wall, n in over)
+            + "\nmake them cheaper or mark them @pytest.mark.slow "
+            "(VSERIES_SLOW_AFTER_S=<seconds> sets the limit, 0 turns this check off)"
+        )
+        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.ensure_newline()
+            tr.write_sep("=", "tier check", red=True)
+            tr.write_line(text)
+        else:
+            print(text, file=sys.stderr)
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED

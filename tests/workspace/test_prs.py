@@ -1,20 +1,19 @@
 """prs: one checked upstream PR branch per patch, its title/body/commands; push; record.
 
-Golden files (tests/workspace/golden/<patch stem>.{title.txt,body.md,checks.json}) pair each
-REAL patch of patches/series with its PR title and body. They are never rewritten by a plain
-run; regenerate them on purpose with
+The body's layout is pinned by a golden of a fixture patch (tests/workspace/golden/fixture.*,
+rendered from tests/workspace/data/prs/); regenerate it on purpose, when the generator
+changes, with
 
-    VSERIES_UPDATE_GOLDEN=1 python -m pytest -m slow tests/workspace/test_prs.py -k golden
+    VSERIES_UPDATE_GOLDEN=1 python -m pytest tests/workspace/test_prs.py -k golden
 
-which runs the real tool (branches, vLLM's pre-commit hooks, the patch's tests) on a copy of
-the workspace and writes what it produced.
+The real patches are checked for the PR layout with figures from a fixture results folder,
+never against their real figures (those live in benchmarks/results/ alone).
 """
 
 import dataclasses
 import json
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -593,21 +592,50 @@ def test_strip_status_keeps_everything_else():
     assert prbody.strip_status(text) == text.replace("Upstream-Status: Pending\nSigned", "Signed")
 
 
-# --- golden files for the real series ----------------------------------------------------------
+# --- the body's layout: a golden of a fixture, the structure of every real patch ---------------
+# The fixture (tests/workspace/data/prs/: one patch, its series line, the checks of its branch
+# and a benchmarks/results/ folder of made-up figures) is rendered byte for byte against its
+# golden: that pins the generator, and changes only when the generator does. The real patches
+# are checked for structure against a results folder made from the same fixture files under
+# their bench= names: the real figures live in benchmarks/results/ alone, read when a body is
+# made.
+
+FIXTURE = DATA / "prs"
+RESULTS = FIXTURE / "benchmarks" / "results"
 
 
-def based_on(golden_body: str) -> str:
-    """The upstream base a golden body was made on ("v0.21.0 (9da56fd18b95)"), so that a
-    golden renders the same after the pin moves (the base is the one pin-dependent line)."""
-    m = re.search(r"^Tests and checks on this branch, based on (.+):$", golden_body, re.M)
-    return m.group(1) if m else ""  # no checks section (no branch): the base is not named
+def fixture_results(dest: Path, names: list[tuple[str, str | None]]) -> Path:
+    """A results folder holding the fixture's JSON results (bench fixture-moe, variants base
+    and series) as bench ``name`` for each of ``names``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name, _ in names:
+        for f in sorted(RESULTS.glob("fixture-moe-*.json")):
+            text = f.read_text().replace('"fixture-moe"', json.dumps(name))
+            (dest / f.name.replace("fixture-moe", name)).write_text(text)
+    return dest
 
 
-def golden_checks(text: str) -> Checks | None:
-    """A golden checks.json: the checks on the patch's branch, or null where no branch could
-    be made (a patch that does not apply alone on the base: its body has no checks section)."""
-    data = json.loads(text)
-    return None if data is None else Checks(**data)
+def test_golden_body_of_the_fixture():
+    """The fixture patch's title and body (JSON results with a failed row, a reporter's
+    Markdown, a name with no results, checks with CUDA-only and skipped tests, hooks not run)
+    as the generator makes them; regenerate on purpose with VSERIES_UPDATE_GOLDEN=1."""
+    [entry] = series.read(FIXTURE / "series")[1]
+    info = patchfile.info(FIXTURE / entry.name)
+    names = results.bench_names(entry.options)
+    found = results.load_results(RESULTS, names)
+    checks = Checks(**json.loads((FIXTURE / "checks.json").read_text()))
+    title = prbody.title(info) + "\n"
+    body = prbody.body(info, "v0.99.0 (0123456789ab)", found, names, checks)
+    if UPDATE:
+        GOLDEN.mkdir(exist_ok=True)
+        (GOLDEN / "fixture.title.txt").write_text(title)
+        (GOLDEN / "fixture.body.md").write_text(body)
+    again = (
+        "the generator changed; if on purpose, regenerate: "
+        "VSERIES_UPDATE_GOLDEN=1 pytest tests/workspace/test_prs.py -k golden"
+    )
+    assert title == (GOLDEN / "fixture.title.txt").read_text(), again
+    assert body == (GOLDEN / "fixture.body.md").read_text(), again
 
 
 def real_entries() -> list[series.Entry]:
@@ -615,71 +643,115 @@ def real_entries() -> list[series.Entry]:
     return entries
 
 
-def rendered(entry: series.Entry, checks: Checks | None, base: str) -> tuple[str, str]:
-    path = ROOT / "patches" / entry.name
-    info = patchfile.info(path)
-    names = results.bench_names(entry.options)
-    found = results.load_results(ROOT / "benchmarks" / "results", names)
-    return prbody.title(info) + "\n", prbody.body(info, base, found, names, checks)
+def part(body: str, heading: str) -> str:
+    """The text of one '## heading' section of a body, up to the next of the three."""
+    m = re.search(
+        rf"^## {heading}\n\n(.*?)(?=^## (?:Purpose|Test Plan|Test Result)\n|\Z)", body, re.M | re.S
+    )
+    assert m, f"no section {heading!r}"
+    return m.group(1)
+
+
+def assert_pr_layout(
+    info: patchfile.PatchInfo, names, body: str, checks: Checks | None, base: str
+) -> None:
+    """A PR body's structure: vLLM's three sections in order, each from its part of the
+    message; the test files and the lint command; the checks; one block of figures per
+    benchmark the series names, where the message marks it (or closing the section), read
+    from the results folder; no workspace trailer."""
+    heads = [h for h in re.findall(r"^## (.+)$", body, re.M)]
+    three = [h for h in heads if h in ("Purpose", "Test Plan", "Test Result")]
+    assert body.startswith("## Purpose\n\n") and three == ["Purpose", "Test Plan", "Test Result"]
+    said = prbody.sections(info.message)
+    first = (said["purpose"] or info.subject).splitlines()[0]
+    assert first in part(body, "Purpose")
+    plan = part(body, "Test Plan")
+    for t in info.tests:
+        assert f"pytest -q {t}" in plan
+    assert "Lint: `pre-commit run --files " + " ".join(info.files) + "`" in plan
+    result = part(body, "Test Result")
+    if checks is not None:
+        assert f"Tests and checks on this branch, based on {base}:" in result
+        for t in checks.tests:
+            assert f"- `pytest {t}` on a {checks.host}: " in result
+    for name, _ in names:
+        assert result.count(f"Benchmark `{name}`:") == 1, name
+        assert f"`benchmarks/results/{name}-base.json` (base): on NVIDIA H200" in result
+        assert "| qwen3-30b-a3b | static | 1 | 30.0 |" in result  # the fixture's figures
+    marked = prbody.PENDING.search(said["test result"])
+    if names and marked:  # the figures sit where the message marks them
+        after = said["test result"][marked.end() :].strip().split("\n\n")[0]
+        assert not after or result.index(f"Benchmark `{names[-1][0]}`") < result.index(after)
+    assert "Upstream-Status" not in body and "Signed-off-by" not in body
+    assert not prbody.PENDING.search(body)
+
+
+def checks_of(info: patchfile.PatchInfo) -> Checks:
+    """Checks as the tool records them for a branch: each test file ran, hooks passed."""
+    return Checks(
+        signers=info.signoffs,
+        hooks=[["ruff-check", "Passed"]],
+        tests=info.tests,
+        passed=[f"{t}::test_x" for t in info.tests],
+    )
 
 
 @pytest.mark.parametrize("entry", real_entries(), ids=lambda e: e.name)
-def test_golden_title_and_body_of_real_patch(entry):
-    stem = Path(entry.name).stem
-    if UPDATE:
-        pytest.skip("updating goldens: the slow test writes them")
-    checks = GOLDEN / f"{stem}.checks.json"
-    assert checks.exists(), (
-        f"no golden for {entry.name}; make them with "
-        "VSERIES_UPDATE_GOLDEN=1 pytest -m slow tests/workspace/test_prs.py "
-        "-k golden"
-    )
-    golden = (GOLDEN / f"{stem}.body.md").read_text()
-    title, body = rendered(entry, golden_checks(checks.read_text()), based_on(golden))
-    again = (
-        "the patch, its results or the generator changed; if on purpose, regenerate: "
-        "VSERIES_UPDATE_GOLDEN=1 pytest -m slow tests/workspace/test_prs.py -k golden"
-    )
-    assert title == (GOLDEN / f"{stem}.title.txt").read_text(), again
-    assert body == golden, again
+def test_real_patch_body_has_the_pr_layout(entry, tmp_path):
+    info = patchfile.info(ROOT / "patches" / entry.name)
+    names = results.bench_names(entry.options)
+    found = results.load_results(fixture_results(tmp_path / "benchmarks" / "results", names), names)
+    checks = checks_of(info)
+    body = prbody.body(info, "v0.99.0 (0123456789ab)", found, names, checks)
+    assert prbody.title(info) == info.subject
+    assert_pr_layout(info, names, body, checks, "v0.99.0 (0123456789ab)")
 
 
-def test_golden_files_match_the_series():
-    stems = {Path(e.name).stem for e in real_entries()}
-    have = (
-        {re.sub(r"\.(title\.txt|body\.md|checks\.json)$", "", p.name) for p in GOLDEN.iterdir()}
-        if GOLDEN.is_dir()
-        else set()
-    )
-    assert have == stems or UPDATE, f"golden/ holds {sorted(have)}, the series {sorted(stems)}"
+# a figure of a results file typed into prose: a ratio (1.27x) or a share of the roofline
+FIGURE = re.compile(r"\b\d+\.\d+x\b|\d+% of the (?:read )?roofline")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the messages of patches 0001, 0004 and 0005 still type figures; their new text is "
+    "drafted in docs/pr-messages/: once folded into patches/, remove this mark",
+)
+def test_patch_messages_type_no_figure_of_the_results():
+    """One source for every figure: a patch message's Test Result marks where the figures go
+    (``results: (benchmarks/results/)``) and types none of them; the PR body reads them from
+    the results files its bench= names."""
+    typed = {
+        e.name: FIGURE.findall(
+            prbody.sections(patchfile.info(ROOT / "patches" / e.name).message)["test result"]
+        )
+        for e in real_entries()
+    }
+    assert {n: f for n, f in typed.items() if f} == {}
 
 
 @pytest.mark.slow
-def test_golden_real_series_end_to_end(ws):
-    """The real tool on a copy of the workspace: branches, vLLM's hooks, the patches' tests.
-    About 20-60 s per patch on a 2-core host once the hook environments are cached."""
-    shutil.copytree(ROOT / "benchmarks", ws / "benchmarks")
+def test_real_series_end_to_end(ws):
+    """The real tool on a copy of the workspace: a branch per patch, vLLM's hooks, the
+    patches' tests; each body has the PR layout, with figures from a fixture results folder.
+    About 1-3 minutes per patch on a 2-core host once the hook environments are cached."""
+    names = [n for e in real_entries() for n in results.bench_names(e.options)]
+    fixture_results(ws / "benchmarks" / "results", names)
     done = prs.prs()
     by_name = {pr.entry.name: pr for pr in done}
+    pin = pinmod.load(ROOT / "upstream.toml")
     for entry in real_entries():
-        pr, stem = by_name[entry.name], Path(entry.name).stem
+        pr = by_name[entry.name]
+        info = patchfile.info(ROOT / "patches" / entry.name)
         out = ws / "out" / "prs" / pr.number
-        title, body = (out / "title.txt").read_text(), (out / "body.md").read_text()
-        if UPDATE:
-            GOLDEN.mkdir(exist_ok=True)
-            (GOLDEN / f"{stem}.title.txt").write_text(title)
-            (GOLDEN / f"{stem}.body.md").write_text(body)
-            (GOLDEN / f"{stem}.checks.json").write_text(
-                pr.checks.to_json() if pr.checks else "null\n"
-            )
-            continue
-        assert title == (GOLDEN / f"{stem}.title.txt").read_text()
-        golden, pin = (GOLDEN / f"{stem}.body.md").read_text(), pinmod.load(ROOT / "upstream.toml")
-        now = f"based on {pin.tag} ({pin.commit[:12]}):"  # the golden's base is the pin it had
-        assert body == golden.replace(f"based on {based_on(golden)}:", now)
-        assert (json.loads(pr.checks.to_json()) if pr.checks else None) == json.loads(
-            (GOLDEN / f"{stem}.checks.json").read_text()
-        )
+        assert (out / "title.txt").read_text() == info.subject + "\n"
+        body = (out / "body.md").read_text()
+        c = pr.checks
+        assert c is not None and c.ran_tests and c.ran_hooks, entry.name
+        assert c.tests == info.tests and c.hooks, (entry.name, c)
+        assert set(c.passed + c.failed + c.needs_cuda) | {s[0] for s in c.skipped}, entry.name
+        assert c.signers == info.signoffs
+        base = f"{pin.tag} ({pin.commit[:12]})"
+        assert_pr_layout(info, results.bench_names(entry.options), body, c, base)
 
 
 def test_body_reads_the_harness_result_files(tiny):

@@ -1,6 +1,8 @@
 """The upstream tier's runner on two tiny trees: it finds a regression test by test, and a
 selection that collects nothing is a failure."""
 
+import pytest
+
 from vseries import upstream
 
 TEST = """
@@ -50,9 +52,11 @@ def test_selection_collecting_nothing_fails(tmp_path):
     assert not ok and "collected no test" in text
 
 
+@pytest.mark.slow
 def test_xdist_workers_give_the_same_outcomes_and_a_report_as_it_goes(tmp_path, capfd):
     """--jobs 2 runs each tree over two pytest-xdist workers: the same outcomes test by test;
-    the report file holds each finished selection and names the ones still to run."""
+    the report file holds each finished selection and names the ones still to run. Slow: four
+    pytest runs with two workers each (about 30 s of CPU)."""
     base, patched = tree(tmp_path / "b", 1), tree(tmp_path / "p", 2)
     sels = [
         {"patch": "x", "path": "tests/test_k.py", "k": "stable"},

@@ -1,9 +1,11 @@
 """What an upstream pull request says: title, body (vLLM's layout), and the push commands.
 
 Pure rendering from a patch file, the benchmark results (results.py) and the checks the PR
-tool ran (checks.py); no git state is changed here. A line of the message reading
-``... results: pending (benchmarks/results/)`` is where the figures (or the sentence that
-there are none) go.
+tool ran (checks.py); no git state is changed here. The figures come from the results files
+that the series' ``bench=`` names, read when the body is rendered; a patch message types none.
+A line of the message reading ``... results: (benchmarks/results/)`` (or ``results: pending
+(benchmarks/results/)``) is where they (or the sentence that there are none) go; without one
+they close the Test Result section.
 """
 
 import re
@@ -15,7 +17,7 @@ from vseries.prs.results import Bench, measurements
 
 STATUS_LINE = re.compile(r"^Upstream-Status: .*\n", re.M)
 
-PENDING = re.compile(r"^.*results: pending \(benchmarks/results/?\)\.?[ \t]*$", re.I | re.M)
+PENDING = re.compile(r"^.*results: (?:pending )?\(benchmarks/results/?\)\.?[ \t]*$", re.I | re.M)
 
 HEADING = re.compile(r"^(?:#+\s*)?(purpose|test plan|test results?)\s*:?\s*$", re.I | re.M)
 

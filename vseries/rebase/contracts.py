@@ -17,7 +17,7 @@ from vseries.workspace import Workspace
 _ASSERTED = ("AssertionError", "assert ", "Failed:")
 
 
-def verdict(test: str, tree: Path, root: Path) -> tuple[str, str]:
+def verdict(test: str, tree: Path, root: Path) -> tuple[str, str, list[str]]:
     """Run a patch's contract on plain upstream (``tree``), CUDA hidden.
 
     Only an assertion decides: a test that fails with AssertionError (or pytest.fail) says
@@ -31,9 +31,17 @@ def verdict(test: str, tree: Path, root: Path) -> tuple[str, str]:
         test: contract test file, relative to the workspace root ``root``.
 
     Returns:
-        ("pass" | "fail" | "undecided", a sentence with pytest's closing line and the reason).
+        ("pass" | "fail" | "undecided", a sentence with pytest's closing line and the reason,
+        the names of the tests that passed: what kept() compares the old pin with).
     """
     r = contract.run_one(test, tree, root=root, cpu_only=True)
+    passed = [c.name for c in r.cases if c.kind == "passed"]
+    said, why = _verdict(r)
+    return said, why, passed
+
+
+def _verdict(r: contract.Result) -> tuple[str, str]:
+    """The verdict and its sentence, from one contract run (see verdict)."""
     failed = [c for c in r.cases if c.kind in ("failure", "error")]
     asserted = [c for c in failed if c.summary.startswith(_ASSERTED)]
     skipped = [c for c in r.cases if c.kind == "skipped"]
@@ -62,25 +70,23 @@ def _mentions_gpu(text: str) -> bool:
     return "cuda" in text.lower() or "gpu" in text.lower()
 
 
-def kept(test: str, old_tree: Path, new_tree: Path, root: Path) -> list[str]:
+def kept(test: str, old_tree: Path, passed_new: list[str], root: Path) -> list[str]:
     """Names of the contract's tests that fail on an assertion in ``old_tree`` (the old pin)
-    and pass in ``new_tree`` (plain new upstream), CUDA hidden: the part upstream took."""
-    old, new = (
-        {c.name: c for c in contract.run_one(test, tree, root=root, cpu_only=True).cases}
-        for tree in (old_tree, new_tree)
-    )
+    and passed on plain new upstream (``passed_new``, from verdict()), CUDA hidden: the part
+    upstream took."""
+    old = contract.run_one(test, old_tree, root=root, cpu_only=True).cases
     return [
-        n
-        for n, c in old.items()
-        if c.kind == "failure" and c.summary.startswith(_ASSERTED) and n in new
-        if new[n].kind == "passed"
+        c.name
+        for c in old
+        if c.kind == "failure" and c.summary.startswith(_ASSERTED) and c.name in passed_new
     ]
 
 
 class Contracts:
     """The contract runs of one rebase: plain-upstream worktrees under ``.vseries/rebase/``
-    and the answers cached in the state (``st.verdicts``, ``st.kept``; saved through
-    ``save``)."""
+    and the answers cached in the state (``st.verdicts``, ``st.passed``, ``st.kept``; saved
+    through ``save``): each contract runs at most once on plain new upstream and once on
+    the old pin."""
 
     TREES = ("upstream", "old-pin")
 
@@ -103,9 +109,10 @@ class Contracts:
             return None
         if not (self.ws.root / test).exists():
             return "undecided", f"contract {test} does not exist in this workspace"
-        if test not in self.st.verdicts:
+        if test not in self.st.verdicts or test not in self.st.passed:
             tree = self._tree(self.st.new.base, "upstream")
-            self.st.verdicts[test] = list(verdict(test, tree, self.ws.root))
+            said, why, passed = verdict(test, tree, self.ws.root)
+            self.st.verdicts[test], self.st.passed[test] = [said, why], passed
             self.save()
         return tuple(self.st.verdicts[test])
 
@@ -115,9 +122,9 @@ class Contracts:
         if not test:
             return []
         if test not in self.st.kept:
+            self.verdict(options)  # the run on plain new upstream, once
             old = self._tree(self.st.old.commit, "old-pin")
-            new = self._tree(self.st.new.base, "upstream")
-            self.st.kept[test] = kept(test, old, new, self.ws.root)
+            self.st.kept[test] = kept(test, old, self.st.passed[test], self.ws.root)
             self.save()
         return list(self.st.kept[test])
 

@@ -81,6 +81,7 @@ class State:
         next: index of the patch to decide next; head: vllm/ HEAD after the last decision.
         rows: one Row per patch, in series order.
         verdicts, kept: contract answers on plain upstream, by contract file.
+        passed: the tests of each contract file that passed on plain new upstream.
         stamp: the time stamp of the backup refs and folder (set when finishing).
         elapsed_s: wall seconds spent over all runs (time between runs not counted).
     """
@@ -103,6 +104,7 @@ class State:
     rows: list[Row] = field(default_factory=list)
     verdicts: dict[str, list[str]] = field(default_factory=dict)
     kept: dict[str, list[str]] = field(default_factory=dict)
+    passed: dict[str, list[str]] = field(default_factory=dict)
     stamp: str = ""
     elapsed_s: float = 0.0
     version: int = VERSION
