@@ -11,6 +11,8 @@
 #   vllm   vLLM's tests of the touched areas, base vs series (tests/upstream.toml, sharded)
 #   warmup the warm-up's GPU test alone; epnan the expert-parallel NaN test and ep_nan.py on
 #          both trees; wheel the patched release wheel's GPU checks (parts w1..wN)
+#   served benchmarks/served_decode.py: one engine process per SERVED entry (tree:backend),
+#          greedy tokens and small-batch decode throughput, joined in served.md
 # Trees: /root/vllm-base (plain pin) and /root/vllm-series (vllm/ with the series). Each step
 # has its own timeout and the whole call ends within BUDGET seconds (default 560).
 # Results and logs in $OUT (one tarball, one log).
@@ -26,6 +28,14 @@ exec > >(tee -a "$OUT/log-moved.txt") 2>&1
   echo "!!! assemble failed"
 }
 ln -sfn "$(tree_dir series)" "$(tree_dir patched)"
+install_wheel() {  # once per host: the pieces in /root/stage/w*/ joined into /root/wsite
+  [ -d /root/wsite/vllm ] && return 0
+  local pieces=(/root/stage/w*/patched.whl.piece*) whl
+  whl=/tmp/$(cat /root/stage/w1/NAME)
+  cat "${pieces[@]}" >"$whl"
+  echo "wheel: $whl sha256 $(sha256sum "$whl" | cut -d' ' -f1)"
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /root/wsite "$whl"
+}
 for phase in ${PHASES:-check tests}; do
   case $phase in
     check)
@@ -89,13 +99,9 @@ PY
         "$R/ep_nan-series.json"
       ;;
     wheel)
-      # the patched release wheel (scripts/wheel.sh, staged as WHEEL_PARTS pieces) installed
+      # the patched release wheel (scripts/wheel.sh, staged as pieces in w1..wN) installed
       # alone into /root/wsite; the contracts' GPU parts and the decode tests import it
-      pieces=(/root/stage/w*/patched.whl.piece*)
-      whl=/tmp/$(cat /root/stage/w1/NAME)
-      cat "${pieces[@]}" >"$whl"
-      echo "wheel: $whl $(sha256sum "$whl" | cut -c1-16)"
-      python3 -m pip install -q --no-index --no-deps --no-compile --target /root/wsite "$whl"
+      install_wheel
       mkdir -p /root/wtests && cp -r /root/vllm-series/tests /root/wtests/ 2>/dev/null
       (cd "$ws" && PYTHONPATH="/root/wsite:$SITE:$ws" timeout 150 python3 -P -c \
         'import vllm, sys; print("vllm from", vllm.__file__, vllm.__version__)')
@@ -105,6 +111,28 @@ PY
       (cd /root/wtests && PYTHONPATH="/root/wsite:$SITE" timeout 200 python3 -m pytest -q \
         -p no:cacheprovider tests/kernels/moe/test_fused_moe_fp8_decode.py -k modular_kernel_path \
         --junitxml "$R/decode-wheel.xml") || echo "!!! wheel decode tests"
+      ;;
+    served)
+      # benchmarks/served_decode.py, one engine process each (SERVED: tree:moe_backend ...;
+      # tree "wheel" is the patched release wheel in /root/wsite, which the wheel phase makes)
+      install_wheel
+      i=0
+      for pb in ${SERVED:-series:auto series:triton wheel:auto base:auto}; do
+        i=$((i + 1)) && t=${pb%%:*} && b=${pb#*:}
+        if [ "$t" = wheel ]; then
+          path="/root/wsite:$SITE:$ws" && pre=(env "PYTHONPATH=$path")
+          tr=series
+        else
+          pre=() && tr=$t
+        fi
+        run_ws "$tr" "${SERVED_TIMEOUT:-240}" "${pre[@]}" env VLLM_USE_DEEP_GEMM=0 \
+          python3 -P -m benchmarks.served_decode --variant "$t-$b" --moe-backend "$b" \
+          --flavour "${FLAVOUR:-fp8static}" --out "$R/served-$i-$t-$b.json" \
+          2>"$R/served-$i-$t-$b.log"
+        grep -h -i "moe backend\|Using .*Experts\|Error" "$R/served-$i-$t-$b.log" | head -5
+      done
+      run_ws series 30 python3 -P -m benchmarks.served_decode --compare "$R"/served-*.json \
+        --md "$R/served.md"
       ;;
     vllm)
       only=() && for o in ${UPSTREAM_ONLY:-}; do only+=(--only "$o"); done
