@@ -34,7 +34,6 @@ tests/contract/test_moe_ep_dynamic_fp8.py``.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import subprocess
@@ -141,110 +140,16 @@ def _verdicts(rows: list[dict]) -> list[str]:
     return bad
 
 
-# --- CPU: Triton's interpreter, vLLM's CUDA ops as torch stand-ins ------------------------
-
-
-class _CudaOps:
-    """Torch stand-ins for the vLLM CUDA ops fused_experts_impl reaches, to the CUDA kernels'
-    semantics (csrc/moe/moe_align_sum_kernels.cu, csrc/quantization/w8a8/fp8/common.cu)."""
-
-    def __init__(self, real):
-        self.real = real
-
-    def __getattr__(self, name):
-        return getattr(self.real, name)
-
-    @staticmethod
-    def moe_align_block_size(topk_ids, num_experts, block_size, sorted_ids, expert_ids,
-                             num_tokens_post_pad, expert_map=None, scatter_idx=None):  # fmt: skip
-        """Slots grouped by expert, each group padded to the block size with ``numel``; with
-        ``expert_map``, local ids and the slots of other ranks' experts left out."""
-        flat = topk_ids.view(-1).long()
-        ids = torch.where((flat >= 0) & (flat < num_experts), flat, -1)
-        if expert_map is not None:
-            ids = torch.where(ids >= 0, expert_map.long()[ids.clamp(min=0)], -1)
-        sorted_ids.fill_(flat.numel())
-        expert_ids.fill_(-1)
-        pos = 0
-        for e in range(num_experts):
-            slots = (ids == e).nonzero().view(-1)
-            if len(slots):
-                padded = -(-len(slots) // block_size) * block_size
-                sorted_ids[pos : pos + len(slots)] = slots.to(torch.int32)
-                expert_ids[pos // block_size : (pos + padded) // block_size] = e
-                pos += padded
-        num_tokens_post_pad.fill_(pos)
-
-    @staticmethod
-    def scaled_fp8_quant(x, scale=None, use_per_token_if_dynamic=False, **kwargs):
-        """Per-tensor FP8; dynamic: abs-max by fmaxf (drops NaN, keeps inf) / 448, and the
-        reciprocal scale (1 / inf = 0)."""
-        assert not use_per_token_if_dynamic
-        a = x.float()
-        if scale is None:
-            scale = torch.where(a.isnan(), 0, a.abs()).amax().reshape(1) / 448.0
-        inv = torch.where(scale == 0, torch.inf, 1 / scale)
-        return (a * inv).clamp(-448, 448).to(FP8), scale.float().reshape(1)
-
-    @staticmethod
-    def moe_sum(x, out, topk_ids=None, expert_map=None):
-        out.copy_(x.float().sum(1).to(out.dtype))
-
-
-def _silu_and_mul(activation, output, x, **kwargs):
-    n = output.size(-1)
-    output.copy_(
-        (torch.nn.functional.silu(x[..., :n].float()) * x[..., n:].float()).to(output.dtype)
-    )
-    return output
-
-
-@contextlib.contextmanager
-def _inf_empty():
-    """Every floating torch.empty / empty_like (wider than a byte) filled with +inf."""
-    empty, empty_like = torch.empty, torch.empty_like
-
-    def poison(t):
-        if t.is_floating_point() and t.element_size() > 1:
-            t.fill_(float("inf"))
-        return t
-
-    torch.empty = lambda *a, **k: poison(empty(*a, **k))
-    torch.empty_like = lambda *a, **k: poison(empty_like(*a, **k))
-    try:
-        yield None
-    finally:
-        torch.empty, torch.empty_like = empty, empty_like
-
-
-def _mock_h200():
-    """vLLM's current_platform as an SM90 H200 (config lookup, FP8 dtype)."""
-    import vllm.platforms
-
-    from vseries.lab.platform import mock_h200
-
-    real, fake = vllm.platforms.current_platform, mock_h200()
-    vllm.platforms._current_platform = fake
-    for name, module in list(sys.modules.items()):
-        if name.startswith("vllm") and getattr(module, "current_platform", None) is real:
-            module.current_platform = fake
+# --- CPU: Triton's interpreter, vLLM's CUDA ops as torch stand-ins (vseries.lab.standins) --
 
 
 def _cpu_child() -> None:
     """The CPU run, in its own interpreter: one JSON line per case."""
-    fm = importlib.import_module("vllm.model_executor.layers.fused_moe.fused_moe")
-    align = importlib.import_module("vllm.model_executor.layers.fused_moe.moe_align_block_size")
-    utils = importlib.import_module("vllm.model_executor.layers.fused_moe.utils")
-    from triton.runtime.interpreter import InterpretedFunction
+    from vseries.lab import standins
 
-    kernel = fm.fused_moe_kernel
-    assert isinstance(kernel, InterpretedFunction), f"not interpreted: {type(kernel)}"
-    _mock_h200()
-    ops = _CudaOps(fm.ops)
-    fm.ops = align.ops = utils.ops = ops
-    fm.apply_moe_activation = _silu_and_mul
+    fm = standins.install()
     for m, dynamic in CASES:
-        print(json.dumps(_case(fm.fused_experts_impl, m, dynamic, "cpu", _inf_empty)))
+        print(json.dumps(_case(fm.fused_experts_impl, m, dynamic, "cpu", standins.inf_empty)))
 
 
 def test_ep_dynamic_scale_cpu_interpreter():

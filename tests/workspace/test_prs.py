@@ -711,11 +711,6 @@ def test_real_patch_body_has_the_pr_layout(entry, tmp_path):
 FIGURE = re.compile(r"\b\d+\.\d+x\b|\d+% of the (?:read )?roofline")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the messages of patches 0001, 0004 and 0005 still type figures; their new text is "
-    "drafted in docs/pr-messages/: once folded into patches/, remove this mark",
-)
 def test_patch_messages_type_no_figure_of_the_results():
     """One source for every figure: a patch message's Test Result marks where the figures go
     (``results: (benchmarks/results/)``) and types none of them; the PR body reads them from
