@@ -85,12 +85,15 @@ PY
         --junitxml "$R/warmup-series.xml"
       ;;
     epnan)
-      # the expert-parallel NaN: its vLLM test on both trees (base: the series' copy of it),
-      # then benchmarks/ep_nan.py per tree (numerics and the layer's time)
-      t=tests/kernels/moe/test_fused_moe_ep_dynamic_scale.py
-      cp "/root/vllm-series/$t" "/root/vllm-base/$t"
+      # 0006's and 0007's vLLM tests (in test_moe.py) on both trees (base: the series'
+      # test_moe.py beside its own, where they must fail), then benchmarks/ep_nan.py per
+      # tree (numerics and the layer's time)
+      t=tests/kernels/moe/test_moe_series.py
+      cp /root/vllm-series/tests/kernels/moe/test_moe.py "/root/vllm-series/$t"
+      cp /root/vllm-series/tests/kernels/moe/test_moe.py "/root/vllm-base/$t"
       for tr in series base; do
         run_in "$tr" 150 python3 -m pytest -q -p no:cacheprovider -rf "$t" \
+          -k "ep_dynamic_tensor_scale or int8_dynamic_per_tensor" \
           --junitxml "$R/epnan-test-$tr.xml"
         run_ws "$tr" 150 python3 -m benchmarks.ep_nan --variant "$tr" --time \
           --out "$R/ep_nan-$tr.json"
