@@ -6,9 +6,11 @@ submodule (the package is ``vllm/vllm``), so Python would import it as an empty 
 package ``vllm`` instead of the installed vLLM. ``scripts/test.sh`` runs ``python -P``; this
 makes ``python -m pytest`` and ``pytest`` from the root do the same. Where a tree on the path
 holds a real vLLM first (the GPU host's ``PYTHONPATH=<tree>:<root>``), the root stays: it is
-how vseries is found there. Either way vseries is this root's own (imported first).
+how vseries is found there. Either way vseries and benchmarks are this root's own (imported
+first).
 """
 
+import importlib
 import importlib.machinery
 import os
 import sys
@@ -20,11 +22,13 @@ def keep_root_off_path() -> None:
     root = os.path.dirname(os.path.abspath(__file__))
     spec = importlib.machinery.PathFinder.find_spec("vllm")
     if spec is not None and spec.origin is None:  # a namespace: the root's vllm/ folder
-        # The tool under test is this root's vseries, which need not be the installed one (a
-        # copy of the workspace run with another checkout's venv): import it while the root
-        # is still on the path, so that dropping the root cannot swap it for the installed.
-        if "vseries" not in sys.modules and os.path.isdir(os.path.join(root, "vseries")):
-            import vseries  # noqa: F401
+        # The tool under test is this root's vseries and benchmarks, which need not be the
+        # installed ones (a clone of the workspace run with another checkout's venv, whose
+        # editable install points at that checkout): import them while the root is still on
+        # the path, so that dropping the root cannot swap them for the installed.
+        for name in ("vseries", "benchmarks"):
+            if name not in sys.modules and os.path.isdir(os.path.join(root, name)):
+                importlib.import_module(name)
         sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != root]
 
 

@@ -1,7 +1,10 @@
 """Model directories for the end-to-end runs, written locally: no download, deterministic.
 
-    python -m benchmarks.e2e.models --out DIR [--arch qwen3-30b-a3b mixtral-8x7b deepseek-v4]
-        [--flavour fp8dyn fp8static fp8block] [--layers N]
+    python -m benchmarks.e2e.models --out DIR [--arch NAME ...] [--flavour fp8dyn fp8static
+        fp8block] [--layers N]
+
+``--arch`` takes the served records of ``benchmarks/shapes.py`` (``SERVED``: those with a
+``config``; ``--help`` lists them), all of them by default.
 
 Each directory holds the model's public Hugging Face ``config.json`` (its record in
 ``benchmarks/shapes.py``; depth reduced with ``--layers``), a BPE tokenizer trained here with

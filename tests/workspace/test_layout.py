@@ -32,6 +32,7 @@ BASE = {
     "vseries.release",
     "vseries.series",
     "vseries.upstreamed",
+    "vseries.image",
     "vseries.am",
     "vseries.worktree",
     "vseries.results",

@@ -771,3 +771,41 @@ def test_real_rebase_from_the_pin(ws_before, monkeypatch, tmp_path, tag):
     pin = pinmod.load()
     assert pin.tag == tag and (pin.commit == COMMITS[tag] or not COMMITS[tag])
     assert len(series.load()) == sum(r != rebase.UPSTREAMED for r in rows.values())
+
+
+def test_the_recipe_s_default_image_follows_the_pin_and_an_abort_puts_it_back(
+    two, index, monkeypatch
+):
+    """deploy/Dockerfile's ``ARG VLLM_TAG`` default is the pin: a finished rebase moves it
+    (without it, ``docker build`` would install the new release's series over the old
+    release's image), and --abort of a finish cut short moves it back. CRLF line ends stay."""
+    from vseries import git as gitmod
+    from vseries import image
+
+    old_tag = pinmod.load().tag
+    recipe = two / image.DOCKERFILE
+    recipe.parent.mkdir(parents=True)
+    text = f"# header\r\nARG VLLM_TAG={old_tag}\r\nFROM vllm/vllm-openai:${{VLLM_TAG}}\r\n"
+    recipe.write_bytes(text.encode())
+    publish(index, "0.99.0", {"a.py": A, "b.py": "x = 1\n"})
+    real = gitmod.gitlink
+
+    def killed(*a, **k):  # the finish is cut short right after the recipe moved
+        if image.default_tag(two) == "v0.99.0":
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(gitmod, "gitlink", killed)
+    with pytest.raises(KeyboardInterrupt):
+        cli("v0.99.0", "--commit", FULL)
+    assert recipe.read_bytes() == text.replace(old_tag, "v0.99.0").encode()
+    monkeypatch.setattr(gitmod, "gitlink", real)
+    assert cli("--abort") == 0
+    assert recipe.read_bytes() == text.encode() and image.default_tag(two) == old_tag
+    assert cli("v0.99.0", "--commit", FULL) == 0
+    assert image.default_tag(two) == "v0.99.0" == pinmod.load().tag
+    assert f"{image.DOCKERFILE}: the default release image is now v0.99.0" in report_of(two)
+    # a default edited by hand is the user's: left as it is
+    recipe.write_text("ARG VLLM_TAG=nightly\n")
+    assert not image.move_default(two, "v0.99.0", "v1.0.0")
+    assert recipe.read_text() == "ARG VLLM_TAG=nightly\n"

@@ -445,7 +445,7 @@ def contracts(venv: Path, tag: str | None, marks: str, tmp: Path) -> tuple[dict,
     for case in pytestrun.junit(xml):
         found.setdefault(case.file, []).append(case.outcome)
     assert set(found) == set(files), p.stdout[-3000:] + p.stderr[-3000:]
-    return found, p.stdout.split("VLLM UNDER TEST ")[-1].strip()
+    return found, p.stdout.split("VLLM UNDER TEST ")[-1].strip(), p.stdout[-6000:]
 
 
 @pytest.fixture(scope="session")
@@ -508,11 +508,12 @@ def test_the_real_wheel_builds_in_under_a_minute_with_the_release_kernels(real_w
 def test_the_installed_wheel_passes_the_contracts_and_the_release_fails_them(
     patched_env, release_env, tmp_path
 ):
-    found, where = contracts(patched_env, None, contract.WITH_GUARDS, tmp_path)
+    found, where, out = contracts(patched_env, None, contract.WITH_GUARDS, tmp_path)
     assert where.startswith(site_of(patched_env)), where  # the installed wheel, not vllm/
     for f, outcomes in found.items():
-        assert "passed" in outcomes and not {"failed", "error"} & set(outcomes), (f, outcomes)
-    found, where = contracts(release_env, None, contract.CONTRACT, tmp_path)
+        ok = "passed" in outcomes and not {"failed", "error"} & set(outcomes)
+        assert ok, f"{f}: {outcomes}\n{out}"
+    found, where, _ = contracts(release_env, None, contract.CONTRACT, tmp_path)
     assert where.startswith(site_of(release_env)), where
     for f, outcomes in found.items():
         assert "failed" in outcomes, f"{f} passes on the plain release wheel: {outcomes}"
@@ -526,7 +527,7 @@ def test_a_kept_line_s_installed_wheel_passes_its_contracts(
     """The kept line's contracts on its installed wheel (that they fail on its plain release
     is its contract tier's check, on its tree)."""
     venv = scratch_venv(real_wheel(tag).path)
-    found, where = contracts(venv, tag, contract.WITH_GUARDS, tmp_path)
+    found, where, _ = contracts(venv, tag, contract.WITH_GUARDS, tmp_path)
     assert where.startswith(site_of(venv)), where
     for f, outcomes in found.items():
         assert "passed" in outcomes and not {"failed", "error"} & set(outcomes), (f, outcomes)

@@ -8,15 +8,21 @@ alignment with and without an ``expert_map``, the FP8 per-tensor abs-max that dr
 ``fmaxf`` and keeps inf, the INT8 kernels that read their scale as ``float`` (a scale of another
 dtype raises, as ``const_data_ptr<float>()`` does), round-to-nearest-even and saturation.
 ``install`` puts them in place inside a child interpreter that imported vLLM with
-``TRITON_INTERPRET=1``; vLLM is imported when called, so this module imports without it.
+``TRITON_INTERPRET=1`` (``run_child`` starts one); vLLM is imported when called, so this
+module imports without it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import json
+import os
+import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -146,3 +152,35 @@ def install() -> Any:
     fm.ops = align.ops = utils.ops = ops
     fm.apply_moe_activation = silu_and_mul
     return fm
+
+
+def run_child(script: str, *, timeout: float = 900) -> tuple[list[dict], str]:
+    """Run ``python -P <script> --cpu`` under Triton's interpreter with no CUDA device: the
+    JSON lines it prints, and its output for an error message.
+
+    The child imports this vseries from a directory that holds only a link to it: vseries
+    need not be installed where vLLM is (a venv with the patched wheel), and the workspace
+    root on the path would shadow an editable vLLM with the root's ``vllm/`` submodule
+    folder. The rest of ``PYTHONPATH`` (the vLLM tree under test) is kept, after it.
+    """
+    with tempfile.TemporaryDirectory(prefix="vseries-path-") as where:
+        os.symlink(Path(__file__).resolve().parents[1], Path(where) / "vseries")
+        path = [where, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        env = {
+            **os.environ,
+            "TRITON_INTERPRET": "1",
+            "CUDA_VISIBLE_DEVICES": "",
+            "PYTHONPATH": os.pathsep.join(path),
+        }
+        p = subprocess.run(
+            [sys.executable, "-P", script, "--cpu"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    output = p.stdout[-2000:] + p.stderr[-4000:]
+    if p.returncode != 0:
+        raise AssertionError(f"the interpreter run exited {p.returncode}:\n{output}")
+    rows = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+    return rows, output

@@ -1,12 +1,12 @@
 """After the last patch: the report; and, unless --check, the series branch, the pin, patches/,
-the series and the superproject's gitlink moved to the new release, the line it leaves kept
-under ``lines/<old tag>/`` and the patches upstream took recorded in
-``patches/upstreamed.toml``."""
+the series, the container recipe's default image and the superproject's gitlink moved to the
+new release, the line it leaves kept under ``lines/<old tag>/`` and the patches upstream took
+recorded in ``patches/upstreamed.toml``."""
 
 import shutil
 from pathlib import Path
 
-from vseries import am, git, refresh, series, upstreamed
+from vseries import am, git, image, refresh, series, upstreamed
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
 from vseries.pin import Artefact
@@ -105,6 +105,8 @@ def _move(ws: Workspace, st: State, notes: list[str]) -> None:
         ws.series_file,
     )
     record_upstreamed(ws, st, notes)
+    if not ws.line and image.move_default(ws.root, st.old.tag, rel.tag):
+        notes.append(f"{image.DOCKERFILE}: the default release image is now {rel.tag}")
     link = git.gitlink(ws.root)
     if link:
         # the gitlink records the pin, also a synthetic commit (upstream's id known only as a

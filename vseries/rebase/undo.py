@@ -3,7 +3,7 @@
 import shutil
 from pathlib import Path
 
-from vseries import am, git
+from vseries import am, git, image
 from vseries.errors import SeriesError
 from vseries.rebase.contracts import Contracts
 from vseries.rebase.state import FINISHING, REFS, State, Store
@@ -43,8 +43,9 @@ def _snapshot(path: Path) -> dict[str, bytes]:
 
 def abort(ws: Workspace, quiet: bool = False) -> int:
     """--abort: put back vllm/ HEAD and branch (and the series branch's tip), the pin,
-    patches/, the gitlink; remove the refs and worktrees the rebase made. Works in every
-    state, also after a run killed midway or in the finishing steps.
+    patches/, the container recipe's default image, the gitlink; remove the refs and
+    worktrees the rebase made. Works in every state, also after a run killed midway or in the
+    finishing steps.
 
     Raises:
         SeriesError: no rebase is in progress.
@@ -77,6 +78,8 @@ def abort(ws: Workspace, quiet: bool = False) -> int:
         and _snapshot(kept / "upstream.toml") == _snapshot(backup / "upstream.toml")
     ):
         shutil.rmtree(kept)
+    if not ws.line and st.status == FINISHING and st.new:
+        image.move_default(root, st.new.tag, st.old.tag)
     if st.gitlink and git.gitlink(root) != st.gitlink:
         git.run(root, "update-index", "--cacheinfo", f"160000,{st.gitlink},vllm")
     Contracts(ws, st, lambda: None).remove_trees()
