@@ -7,7 +7,7 @@ the DCO sign-offs, the files and test files it touches, and its hunks.
 
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -141,6 +141,7 @@ class PatchInfo:
     status: str  # Upstream-Status value, "Pending" when absent
     files: list[str]  # paths the patch touches and keeps (not deleted)
     tests: list[str]  # test files the patch adds or changes (tests/**/test_*.py)
+    coauthors: list[str] = field(default_factory=list)  # each Co-authored-by
 
 
 def info(patch: Path) -> PatchInfo:
@@ -172,6 +173,7 @@ def info(patch: Path) -> PatchInfo:
         status=upstream_status(msg),
         files=files,
         tests=tests,
+        coauthors=re.findall(r"^Co-authored-by: (.+)$", msg, re.M | re.I),
     )
 
 

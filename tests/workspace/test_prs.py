@@ -582,7 +582,13 @@ def test_unwrap_joins_wrapped_prose_only():
 
 def test_sections_split_by_headings_and_keep_code_indent():
     s = prbody.sections("Why\nit helps.\n\nTest Plan:\n\n    pytest x\n\n## Test Results\n\n1 ok")
-    assert s == {"purpose": "Why it helps.", "test plan": "    pytest x", "test result": "1 ok"}
+    assert s == {
+        "purpose": "Why it helps.",
+        "claims": "",
+        "test plan": "    pytest x",
+        "test result": "1 ok",
+        "details": "",
+    }
 
 
 def test_strip_status_keeps_everything_else():
@@ -616,27 +622,57 @@ def fixture_results(dest: Path, names: list[tuple[str, str | None]]) -> Path:
     return dest
 
 
-def test_golden_body_of_the_fixture():
+@pytest.mark.parametrize(
+    "golden, template",
+    [("fixture", None), ("fixture.template", FIXTURE / "PULL_REQUEST_TEMPLATE.md")],
+    ids=["purpose-plan-result", "overview-claims-validation-details"],
+)
+def test_golden_body_of_the_fixture(golden, template):
     """The fixture patch's title and body (JSON results with a failed row, a reporter's
     Markdown, a name with no results, checks with CUDA-only and skipped tests, hooks not run)
-    as the generator makes them; regenerate on purpose with VSERIES_UPDATE_GOLDEN=1."""
+    as the generator makes them, in each template layout (without a template: v0.21.0's; with
+    the fixture's: v0.34.0's headings and checklist); regenerate on purpose with
+    VSERIES_UPDATE_GOLDEN=1."""
     [entry] = series.read(FIXTURE / "series")[1]
     info = patchfile.info(FIXTURE / entry.name)
     names = results.bench_names(entry.options)
     found = results.load_results(RESULTS, names)
     checks = Checks(**json.loads((FIXTURE / "checks.json").read_text()))
     title = prbody.title(info) + "\n"
-    body = prbody.body(info, "v0.99.0 (0123456789ab)", found, names, checks)
+    text = template.read_text() if template else None
+    body = prbody.body(info, "v0.99.0 (0123456789ab)", found, names, checks, text)
     if UPDATE:
         GOLDEN.mkdir(exist_ok=True)
         (GOLDEN / "fixture.title.txt").write_text(title)
-        (GOLDEN / "fixture.body.md").write_text(body)
+        (GOLDEN / f"{golden}.body.md").write_text(body)
     again = (
         "the generator changed; if on purpose, regenerate: "
         "VSERIES_UPDATE_GOLDEN=1 pytest tests/workspace/test_prs.py -k golden"
     )
     assert title == (GOLDEN / "fixture.title.txt").read_text(), again
-    assert body == (GOLDEN / "fixture.body.md").read_text(), again
+    assert body == (GOLDEN / f"{golden}.body.md").read_text(), again
+
+
+def test_the_body_follows_the_base_s_template_and_ticks_only_the_ai_box():
+    """The headings come from the base tree's template; a message's Overview / Validation
+    headings land in the same sections as Purpose / Test Plan; of the checklist only the
+    AI-assistance box is ticked, and only with an AI co-author trailer."""
+    template = (FIXTURE / "PULL_REQUEST_TEMPLATE.md").read_text()
+    assert prbody.layout(None) == prbody.OLD == prbody.layout("## Purpose\n\n## Test Plan\n")
+    assert prbody.layout(template) == prbody.NEW
+    said = prbody.sections("## Overview\n\nWhy.\n\n## Validation\n\nran it\n\nDetails:\n\nhow")
+    assert (said["purpose"], said["test plan"], said["details"]) == ("Why.", "ran it", "how")
+    info = patchfile.PatchInfo(
+        "[Kernel] x", "A", "a@b", "Why x.\n\nMore.", [], "Pending", [], [], ["Claude"]
+    )
+    body = prbody.body(info, "v0.99.0 (0123456789ab)", [], [], None, template)
+    heads = re.findall(r"^## (.+)$", body, re.M)
+    assert heads == list(prbody.NEW)
+    assert "## Overview\n\nWhy x.\n\n## Claims\n\n- [Kernel] x\n" in body
+    assert "- [x] AI assistance was used" in body and "- [ ] **Testing:**" in body
+    assert "Read the contributing guide" not in body  # below the template's cut line
+    human = dataclasses.replace(info, coauthors=[])
+    assert "- [ ] AI assistance was used" in prbody.body(human, "v", [], [], None, template)
 
 
 def real_entries() -> list[series.Entry]:
@@ -645,32 +681,38 @@ def real_entries() -> list[series.Entry]:
 
 
 def part(body: str, heading: str) -> str:
-    """The text of one '## heading' section of a body, up to the next of the three."""
-    m = re.search(
-        rf"^## {heading}\n\n(.*?)(?=^## (?:Purpose|Test Plan|Test Result)\n|\Z)", body, re.M | re.S
-    )
+    """The text of one '## heading' section of a body, up to the next '## ' heading."""
+    m = re.search(rf"^## {heading}\n\n(.*?)(?=^## |^---$|\Z)", body, re.M | re.S)
     assert m, f"no section {heading!r}"
     return m.group(1)
 
 
 def assert_pr_layout(
-    info: patchfile.PatchInfo, names, body: str, checks: Checks | None, base: str
+    info: patchfile.PatchInfo,
+    names,
+    body: str,
+    checks: Checks | None,
+    base: str,
+    template: str | None = None,
 ) -> None:
-    """A PR body's structure: vLLM's three sections in order, each from its part of the
-    message; the test files and the lint command; the checks; one block of figures per
-    benchmark the series names, where the message marks it (or closing the section), read
-    from the results folder; no workspace trailer."""
-    heads = [h for h in re.findall(r"^## (.+)$", body, re.M)]
-    three = [h for h in heads if h in ("Purpose", "Test Plan", "Test Result")]
-    assert body.startswith("## Purpose\n\n") and three == ["Purpose", "Test Plan", "Test Result"]
+    """A PR body's structure: the base template's sections in order, each from its part of
+    the message (and the template's checklist); the test files and the lint command; the
+    checks; one block of figures per benchmark the series names, where the message marks it
+    (or closing the tests' part), read from the results folder; no workspace trailer."""
+    heads = prbody.layout(template)
+    found = [h for h in re.findall(r"^## (.+)$", body, re.M) if h in heads]
+    assert body.startswith(f"## {heads[0]}\n\n") and found[:3] == list(heads[:3]), found
     said = prbody.sections(info.message)
     first = (said["purpose"] or info.subject).splitlines()[0]
-    assert first in part(body, "Purpose")
-    plan = part(body, "Test Plan")
+    assert first in (part(body, heads[0]) + (part(body, "Details") if "Details" in found else ""))
+    plan = part(body, heads[1] if heads == prbody.OLD else "Validation")
+    result = part(body, heads[2])
     for t in info.tests:
         assert f"pytest -q {t}" in plan
     assert "Lint: `pre-commit run --files " + " ".join(info.files) + "`" in plan
-    result = part(body, "Test Result")
+    if heads == prbody.NEW:
+        assert said["claims"] in part(body, "Claims")  # (a message without one: the subject)
+        assert "<details>" in body.split("\n---\n")[-1]  # the template's checklist, last
     if checks is not None:
         assert f"Tests and checks on this branch, based on {base}:" in result
         for t in checks.tests:
@@ -699,13 +741,18 @@ def checks_of(info: patchfile.PatchInfo) -> Checks:
 
 @pytest.mark.parametrize("entry", real_entries(), ids=lambda e: e.name)
 def test_real_patch_body_has_the_pr_layout(entry, tmp_path):
+    """Each patch's body in the layout of the pin's own PR template (read from vllm/ at the
+    pin, as prs does)."""
+    from vseries.prs import publish
+
     info = patchfile.info(ROOT / "patches" / entry.name)
     names = results.bench_names(entry.options)
     found = results.load_results(fixture_results(tmp_path / "benchmarks" / "results", names), names)
     checks = checks_of(info)
-    body = prbody.body(info, "v0.99.0 (0123456789ab)", found, names, checks)
+    template = publish.pr_template(ROOT / "vllm", pinmod.load(ROOT / "upstream.toml").commit)
+    body = prbody.body(info, "v0.99.0 (0123456789ab)", found, names, checks, template)
     assert prbody.title(info) == info.subject
-    assert_pr_layout(info, names, body, checks, "v0.99.0 (0123456789ab)")
+    assert_pr_layout(info, names, body, checks, "v0.99.0 (0123456789ab)", template)
 
 
 # a figure of a results file typed into prose: a ratio (1.27x) or a share of the roofline

@@ -1,11 +1,15 @@
 """What an upstream pull request says: title, body (vLLM's layout), and the push commands.
 
 Pure rendering from a patch file, the benchmark results (results.py) and the checks the PR
-tool ran (checks.py); no git state is changed here. The figures come from the results files
-that the series' ``bench=`` names, read when the body is rendered; a patch message types none.
-A line of the message reading ``... results: (benchmarks/results/)`` (or ``results: pending
-(benchmarks/results/)``) is where they (or the sentence that there are none) go; without one
-they close the Test Result section.
+tool ran (checks.py); no git state is changed here. The body follows the PR template of the
+base tree (``.github/PULL_REQUEST_TEMPLATE.md``): Overview / Claims / Validation / Details
+and the template's checklist (v0.34.0), else Purpose / Test Plan / Test Result (v0.21.0). A
+message's own headings of either set are read into the matching section.
+
+The figures come from the results files that the series' ``bench=`` names, read when the body
+is rendered; a patch message types none. A line of the message reading ``... results:
+(benchmarks/results/)`` (or ``results: pending (benchmarks/results/)``) is where they (or the
+sentence that there are none) go; without one they close the test results.
 """
 
 import re
@@ -19,7 +23,26 @@ STATUS_LINE = re.compile(r"^Upstream-Status: .*\n", re.M)
 
 PENDING = re.compile(r"^.*results: (?:pending )?\(benchmarks/results/?\)\.?[ \t]*$", re.I | re.M)
 
-HEADING = re.compile(r"^(?:#+\s*)?(purpose|test plan|test results?)\s*:?\s*$", re.I | re.M)
+HEADING = re.compile(
+    r"^(?:#+\s*)?(purpose|overview|claims|test plan|validation|test results?|details)\s*:?\s*$",
+    re.I | re.M,
+)
+# a message heading -> its part (sections())
+PART = {
+    "purpose": "purpose",
+    "overview": "purpose",
+    "claims": "claims",
+    "test plan": "test plan",
+    "validation": "test plan",
+    "test result": "test result",
+    "test results": "test result",
+    "details": "details",
+}
+OLD = ("Purpose", "Test Plan", "Test Result")
+NEW = ("Overview", "Claims", "Validation", "Details")
+# the template's checklist: from its rule to the end of its <details> block
+CHECKLIST = re.compile(r"^---\s*\n.*?</details>", re.M | re.S)
+AI_BOX = re.compile(r"^- \[ \](?= AI assistance was used)", re.M)
 
 
 def strip_status(text: str) -> str:
@@ -113,18 +136,35 @@ def unwrap(text: str) -> str:
 
 
 def sections(message: str) -> dict[str, str]:
-    """Split a commit message into purpose / test plan / test result by its headings (Markdown
-    '## Purpose' or 'Purpose:' lines); text before any heading is purpose."""
-    parts = {"purpose": [], "test plan": [], "test result": []}
+    """Split a commit message into purpose / claims / test plan / test result / details by its
+    headings (Markdown '## Purpose' or 'Purpose:' lines; Overview is purpose, Validation is
+    test plan); text before any heading is purpose."""
+    parts: dict[str, list[str]] = {k: [] for k in dict.fromkeys(PART.values())}
     key, last = "purpose", 0
     for m in HEADING.finditer(message):
         parts[key].append(message[last : m.start()])
-        h = m.group(1).lower()
-        key, last = ("test result" if h.startswith("test result") else h), m.end()
+        key, last = PART[m.group(1).lower()], m.end()
     parts[key].append(message[last:])
     # drop blank lines around each part, but not the indent of an opening code block
     trimmed = {k: [re.sub(r"^(\s*\n)+", "", x).rstrip() for x in v] for k, v in parts.items()}
     return {k: unwrap("\n\n".join(x for x in v if x)) for k, v in trimmed.items()}
+
+
+def layout(template: str | None) -> tuple[str, ...]:
+    """The section headings a body follows: NEW where the base tree's PR template has them,
+    else OLD (v0.21.0's template, or none)."""
+    heads = set(re.findall(r"^## (.+?)\s*$", template or "", re.M))
+    return NEW if set(NEW) <= heads else OLD
+
+
+def checklist(template: str, info: PatchInfo) -> str:
+    """The template's checklist block, as it is; the AI-assistance box ticked when the patch
+    has an AI co-author (``Co-authored-by``; the rest is the submitter's to tick)."""
+    m = CHECKLIST.search(template)
+    if not m:
+        return ""
+    ai = any(re.search(r"\b(Claude|Copilot|Codex|Gemini)\b", c, re.I) for c in info.coauthors)
+    return AI_BOX.sub("- [x]", m.group(0)) if ai else m.group(0)
 
 
 def body(
@@ -133,14 +173,16 @@ def body(
     benches: list[Bench],
     names: list[tuple[str, str | None]],
     checks: Checks | None,
+    template: str | None = None,
 ) -> str:
-    """The PR description in vLLM's template layout (Purpose / Test Plan / Test Result).
+    """The PR description in the layout of the base tree's PR template (``layout``).
 
     Args:
         base: the upstream base the branch was made on, e.g. "v0.21.0 (9da56fd18b95)".
         benches: results found for the patch (load_results); names: what was asked for
             (bench_names).
         checks: what ran on the branch, or None when the branch was not checked.
+        template: the base tree's ``.github/PULL_REQUEST_TEMPLATE.md`` (None: none).
     """
     s = sections(info.message)
     plan = [s["test plan"]] if s["test plan"] else []
@@ -165,12 +207,33 @@ def body(
         )
     if not placed:
         result.append(figures)
-    parts = [
-        ("Purpose", [s["purpose"] or info.subject]),
-        ("Test Plan", plan),
-        ("Test Result", result),
-    ]
-    return "\n\n".join(f"## {h}\n\n" + "\n\n".join(x) for h, x in parts) + "\n"
+    purpose = s["purpose"] or info.subject
+    if layout(template) == OLD:
+        parts = [
+            ("Purpose", [purpose, s["claims"], s["details"]]),
+            ("Test Plan", plan),
+            ("Test Result", result),
+        ]
+        tail = ""
+    else:
+        # Overview: the purpose's first paragraph (the subject when that is a list or code)
+        first, _, rest = purpose.partition("\n\n")
+        if re.match(r"\s*([-*+>|]|\d+[.)]|```|    )", first):
+            first, rest = info.subject, purpose
+        parts = [
+            ("Overview", [first]),
+            ("Claims", [s["claims"] or f"- {info.subject}"]),
+            ("Validation", [*plan, *result]),
+            ("Details", [rest, s["details"]]),
+        ]
+        tail = checklist(template or "", info)
+    # a message's own sub-headings (## Relation to open work) sit under their section
+    text = "\n\n".join(
+        f"## {h}\n\n" + re.sub(r"^## ", "### ", "\n\n".join(x for x in xs if x), flags=re.M)
+        for h, xs in parts
+        if any(xs)
+    )
+    return text + "\n" + (f"\n{tail}\n" if tail else "")
 
 
 def commands(

@@ -17,6 +17,7 @@ from vseries.prs import results
 from vseries.prs.branches import PR
 from vseries.workspace import Workspace
 
+TEMPLATE = ".github/PULL_REQUEST_TEMPLATE.md"
 LS_REMOTE_TIMEOUT = 20  # seconds; a remote that does not answer in that time is unreachable
 
 
@@ -54,6 +55,13 @@ def push(vdir: Path, remote: str, prs: list[PR], remote_refs: dict[str, str]) ->
     leases = [a for a in args if a.startswith("--")]
     specs = [a for a in args if not a.startswith("--")]
     git.run(vdir, "push", "--atomic", *leases, remote, *specs)
+
+
+def pr_template(vdir: Path, commit: str) -> str | None:
+    """The base's ``.github/PULL_REQUEST_TEMPLATE.md`` at the pinned commit (None: it has
+    none): the layout the bodies follow."""
+    r = git.call(vdir, "show", f"{commit}:{TEMPLATE}")
+    return r.out if r.ok else None
 
 
 def _unchecked(pr: PR) -> str:
@@ -98,6 +106,7 @@ def write(
         url = git.run(ws.vllm, "remote", "get-url", remote, check=False) or remote
         owner = (_github_repo(url) or "/").split("/")[0] or None
     found = ws.root / "benchmarks" / "results"
+    template = pr_template(ws.vllm, pin.commit)
     for _, pr in todo:
         d = out / pr.number
         shutil.rmtree(d, ignore_errors=True)
@@ -106,7 +115,9 @@ def write(
         title = prbody.title(pr.info)
         (d / "title.txt").write_text(title + "\n")
         (d / "body.md").write_text(
-            prbody.body(pr.info, label, results.load_results(found, names), names, pr.checks)
+            prbody.body(
+                pr.info, label, results.load_results(found, names), names, pr.checks, template
+            )
         )
         (d / "branch.txt").write_text(pr.branch + "\n")
         if pr.checks:
