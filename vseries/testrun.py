@@ -58,8 +58,9 @@ def tier_workspace(ws: Workspace, fast: bool) -> bool:
             f"workspace tier, fast: {slow_tests(ws)} tests marked slow left out; {workers} workers"
         )
         args += ["-m", "not slow"]
-    else:
+    else:  # the slowest tests named at the end: where the suite's time goes
         print(f"workspace tier: {workers} workers")
+        args += ["--durations", "15"]
     code = subprocess.call([*PYTEST, *args], cwd=ws.root)
     if code == 5:
         print("workspace tier: collected no test — that is a failure")

@@ -185,22 +185,27 @@ def body(
         template: the base tree's ``.github/PULL_REQUEST_TEMPLATE.md`` (None: none).
     """
     s = sections(info.message)
+    new = layout(template) == NEW
+    tail = checklist(template or "", info) if new else ""
     plan = [s["test plan"]] if s["test plan"] else []
-    if info.tests:
+    if not info.tests:
+        plan.append("This PR adds no test file.")
+    elif not all(t in s["test plan"] for t in info.tests):  # the message names them, or:
         plan.append(
             "Tests this PR adds or changes:\n\n```bash\n"
             + "\n".join(f"pytest -q {t}" for t in info.tests)
             + "\n```"
         )
-    else:
-        plan.append("This PR adds no test file.")
-    plan.append("Lint: `pre-commit run --files " + " ".join(info.files) + "`")
-    figures = measurements(benches, names)
+    if not new:  # (v0.34.0's checklist covers code quality; the checks below name the hooks)
+        plan.append("Lint: `pre-commit run --files " + " ".join(info.files) + "`")
+    figures = unwrap(measurements(benches, names))
     own = s["test result"]
+    if "- [x] AI assistance" in tail:  # the ticked box says it: the message's sentence goes
+        own = "\n\n".join(p for p in own.split("\n\n") if not p.startswith("AI assistance:"))
     placed = PENDING.search(own)
     if placed:
         own = own[: placed.start()] + figures + own[placed.end() :]
-    result = [own] if own else []
+    result = [own.strip()] if own.strip() else []
     if checks is not None:
         result.append(
             f"Tests and checks on this branch, based on {base}:\n\n" + checks_md(info, checks)
@@ -208,16 +213,18 @@ def body(
     if not placed:
         result.append(figures)
     purpose = s["purpose"] or info.subject
-    if layout(template) == OLD:
+    if not new:
         parts = [
             ("Purpose", [purpose, s["claims"], s["details"]]),
             ("Test Plan", plan),
             ("Test Result", result),
         ]
-        tail = ""
     else:
-        # Overview: the purpose's first paragraph (the subject when that is a list or code)
-        first, _, rest = purpose.partition("\n\n")
+        # Overview: the purpose's first paragraph (and the list it introduces, when it ends
+        # with a colon); the subject when the purpose opens with a list or code
+        blocks = purpose.split("\n\n")
+        n = 2 if blocks[0].rstrip().endswith(":") and len(blocks) > 1 else 1
+        first, rest = "\n\n".join(blocks[:n]), "\n\n".join(blocks[n:])
         if re.match(r"\s*([-*+>|]|\d+[.)]|```|    )", first):
             first, rest = info.subject, purpose
         parts = [
@@ -226,7 +233,6 @@ def body(
             ("Validation", [*plan, *result]),
             ("Details", [rest, s["details"]]),
         ]
-        tail = checklist(template or "", info)
     # a message's own sub-headings (## Relation to open work) sit under their section
     text = "\n\n".join(
         f"## {h}\n\n" + re.sub(r"^## ", "### ", "\n\n".join(x for x in xs if x), flags=re.M)

@@ -148,10 +148,14 @@ def _summary(ratios: dict[str, dict[str, list[float]]], what: dict[str, str]) ->
 
 
 def quote_report(md: str) -> str:
-    """A reporter's Markdown for a PR body: headings demoted under the body's own, its long
-    tables folded into <details>, and its ratio columns ('patched / base', values '1.06x')
-    summarised per case (the leading text columns, e.g. case and dtype) above them."""
+    """A reporter's Markdown for a PR body: its ratio columns ('patched / base', values
+    '1.06x') summarised per case (the leading text columns, e.g. case and dtype), then the
+    report folded into one <details> block, headings demoted under the body's own and links
+    into the workspace (plots, raw files: they do not resolve in the upstream PR) kept as
+    their text."""
     md = re.sub(r"(?m)^(#{1,4}) ", lambda m: "#" * (len(m.group(1)) + 2) + " ", md)
+    md = re.sub(r"!\[[^\]]*\]\((?![a-z]+:)[^)]*\)", "", md)  # an image of the workspace
+    md = re.sub(r"\[([^\]]*)\]\((?![a-z]+:)[^)]*\)", r"\1", md)  # a link into it
     out, summaries = [], []
     for block in re.split(r"\n\s*\n", md):
         lines = block.splitlines()
@@ -184,12 +188,9 @@ def quote_report(md: str) -> str:
                 for h in ratios
             }
             summaries += _summary(ratios, what)
-            if len(lines) - 2 > FOLD_ROWS:
-                block = (
-                    f"<details><summary>{len(lines) - 2} rows</summary>\n\n{block}\n\n</details>"
-                )
         out.append(block)
-    return "\n\n".join(summaries + out)
+    report = "<details><summary>The report</summary>\n\n" + "\n\n".join(out) + "\n\n</details>"
+    return "\n\n".join([*summaries, report])
 
 
 def _num(v, fmt: str) -> str:
@@ -280,15 +281,10 @@ def bench_table(bench: Bench) -> str:
 
 
 def measurements(benches: list[Bench], names: list[tuple[str, str | None]]) -> str:
-    """The figures of each bench with its files, commands and hardware; or the plain
-    statement that none are attached."""
-    if not benches:
-        why = (
-            f"benchmarks/results holds none for {', '.join(n for n, _ in names)}"
-            if names
-            else "no benchmark is declared for this patch"
-        )
-        return f"No measurements are attached to this PR ({why})."
+    """The figures of each bench with its files, commands and hardware ("" when there are
+    none: the message says what has not been measured)."""
+    if not benches:  # the message says what has not been measured; the tool adds nothing
+        return ""
     out = []
     for b in benches:
         lines = [f"Benchmark `{b.name}`:"]
@@ -300,9 +296,9 @@ def measurements(benches: list[Bench], names: list[tuple[str, str | None]]) -> s
                     + f": on {src['device']}, command `{src['command']}`"
                 )
             else:
-                lines.append(
-                    f"- `{src['file']}`, a reporter's tables (the commands and hardware "
-                    "that produced them are stated in it):"
+                lines[0] = (
+                    f"Benchmark `{b.name}` (`{src['file']}` of the series' workspace; its "
+                    "commands and hardware are stated in it):"
                 )
         out.append(
             "\n".join(lines) + "\n\n" + (bench_table(b) if b.rows else quote_report(b.markdown))
