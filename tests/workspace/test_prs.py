@@ -26,7 +26,7 @@ from vseries import pin as pinmod
 from vseries.errors import SeriesError
 from vseries.prs import body as prbody
 from vseries.prs import checks as prchecks
-from vseries.prs import results
+from vseries.prs import publish, results
 from vseries.prs.checks import Checks
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -753,8 +753,6 @@ def checks_of(info: patchfile.PatchInfo) -> Checks:
 def test_real_patch_body_has_the_pr_layout(entry, tmp_path):
     """Each patch's body in the layout of the pin's own PR template (read from vllm/ at the
     pin, as prs does)."""
-    from vseries.prs import publish
-
     info = patchfile.info(ROOT / "patches" / entry.name)
     names = results.bench_names(entry.options)
     found = results.load_results(fixture_results(tmp_path / "benchmarks" / "results", names), names)
@@ -785,7 +783,8 @@ def test_patch_messages_type_no_figure_of_the_results():
 @pytest.mark.slow
 def test_real_series_end_to_end(ws):
     """The real tool on a copy of the workspace: a branch per patch, vLLM's hooks, the
-    patches' tests; each body has the PR layout, with figures from a fixture results folder.
+    patches' tests; each body has the layout of the pin's PR template, with figures from a
+    fixture results folder.
     About 1-3 minutes per patch on a 2-core host once the hook environments are cached."""
     names = [n for e in real_entries() for n in results.bench_names(e.options)]
     fixture_results(ws / "benchmarks" / "results", names)
@@ -804,7 +803,8 @@ def test_real_series_end_to_end(ws):
         assert set(c.passed + c.failed + c.needs_cuda) | {s[0] for s in c.skipped}, entry.name
         assert c.signers == info.signoffs
         base = f"{pin.tag} ({pin.commit[:12]})"
-        assert_pr_layout(info, results.bench_names(entry.options), body, c, base)
+        template = publish.pr_template(ws / "vllm", pin.commit)
+        assert_pr_layout(info, results.bench_names(entry.options), body, c, base, template)
 
 
 def test_body_reads_the_harness_result_files(tiny):
