@@ -4,6 +4,7 @@ import shutil
 from pathlib import Path
 
 from vseries import am, git, image
+from vseries import pin as pinmod
 from vseries.errors import SeriesError
 from vseries.rebase.contracts import Contracts
 from vseries.rebase.state import FINISHING, REFS, State, Store
@@ -78,8 +79,8 @@ def abort(ws: Workspace, quiet: bool = False) -> int:
         and _snapshot(kept / "upstream.toml") == _snapshot(backup / "upstream.toml")
     ):
         shutil.rmtree(kept)
-    if not ws.line and st.status == FINISHING and st.new:
-        image.move_default(root, st.new.tag, st.old.tag)
+    if not ws.line and st.status == FINISHING and st.new:  # the recipe follows the pin left
+        image.move_default(root, st.new.tag, pinmod.load(ws.pin_file).tag)
     if st.gitlink and git.gitlink(root) != st.gitlink:
         git.run(root, "update-index", "--cacheinfo", f"160000,{st.gitlink},vllm")
     Contracts(ws, st, lambda: None).remove_trees()
