@@ -80,6 +80,8 @@ def deepseek_v4_weight_bytes(cfg: dict) -> int:
 
 # Probe: single requests at prompt lengths the warm-up did not use (tokens).
 PROBE_LENGTHS = (3, 17, 100, 129, 257, 511, 777, 1000, 1500, 2047)
+# The servers' environment of a per-tensor FP8 model: on the H200 the kernel warm-up asked for
+# DeepGEMM and the engine stopped (../shared/gpu/README.md, "Serving a model").
 PER_TENSOR_ENV = MappingProxyType({"VLLM_USE_DEEP_GEMM": "0"})
 
 
@@ -317,6 +319,14 @@ DEEPSEEK_V4 = ModelShape(
     "quantization_config['scale_fmt'] and wo_a.weight_scale_inv)",
     default_layers=4,
     max_model_len=16384,
+    # VLLM_USE_DEEP_GEMM=1 (its default, set so that no outer setting turns it off): the
+    # sparse-attention indexer needs DeepGEMM (layers/sparse_attn_indexer.py:441-444), and only
+    # the DeepGEMM linear kernel gives wo_a the grouped 3-D form fp8_einsum needs
+    # (kernels/linear/scaled_mm/deep_gemm.py:103-104). VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER=0:
+    # block-FP8 linears use DeepGEMM, not FlashInfer's SM90 block-scale GEMM, which JIT-builds
+    # from source (envs.py:1323). VLLM_USE_FLASHINFER_MOE_FP8=0: harmless, TRITON is chosen for
+    # block FP8 without EP anyway. VLLM_DEEP_GEMM_WARMUP=full: DeepGEMM's linear JIT at
+    # start-up rather than inside the time to first token.
     env=MappingProxyType(
         {
             "VLLM_USE_DEEP_GEMM": "1",

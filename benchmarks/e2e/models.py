@@ -159,22 +159,9 @@ def serve_args(arch: str, flavour: str) -> list[str]:
 
 
 def model_env(arch: str) -> dict[str, str]:
-    """Environment the servers of ``arch`` need (its record's ``env``; recorded in
-    VSERIES_MODEL.json, applied by the runner after servers.ENV_ALWAYS and before per-tree
-    settings).
-
-    - qwen3-30b-a3b, mixtral-8x7b: ``VLLM_USE_DEEP_GEMM=0``: on the H200 the kernel warm-up
-      asked for DeepGEMM and the engine stopped (../shared/gpu/README.md, "Serving a model").
-    - deepseek-v4: ``VLLM_USE_DEEP_GEMM=1`` (its default, set so that no outer setting turns
-      it off): the sparse-attention indexer needs DeepGEMM (layers/sparse_attn_indexer.py:
-      441-444), and only the DeepGEMM linear kernel gives wo_a the grouped 3-D form that
-      fp8_einsum needs (kernels/linear/scaled_mm/deep_gemm.py:103-104); with 0,
-      is_deep_gemm_supported() is False (utils/deep_gemm.py:87-92).
-      ``VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER=0``: block-FP8 linears use DeepGEMM rather than
-      FlashInfer's SM90 block-scale GEMM, which JIT-builds from source (envs.py:1323).
-      ``VLLM_USE_FLASHINFER_MOE_FP8=0``: harmless, TRITON is chosen for block FP8 without EP
-      anyway. ``VLLM_DEEP_GEMM_WARMUP=full``: DeepGEMM's linear JIT at start-up rather than
-      inside the time to first token.
+    """Environment the servers of ``arch`` need (its record's ``env`` in benchmarks/shapes.py,
+    which says why; recorded in VSERIES_MODEL.json, applied by the runner after
+    servers.ENV_ALWAYS and before per-tree settings).
 
     Raises:
         ValueError: an arch without a record.
