@@ -8,8 +8,9 @@ message's own headings of either set are read into the matching section.
 
 The figures come from the results files that the series' ``bench=`` names, read when the body
 is rendered; a patch message types none. A line of the message reading ``... results:
-(benchmarks/results/)`` (or ``results: pending (benchmarks/results/)``) is where they (or the
-sentence that there are none) go; without one they close the test results.
+(benchmarks/results/)`` (or ``results: pending (benchmarks/results/)``) is where they go (the
+line goes with nothing in its place when there are none); without one they close the test
+results.
 """
 
 import re
