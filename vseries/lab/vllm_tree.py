@@ -28,9 +28,10 @@ def use_vllm_tree() -> str | None:
       ``vllm.platforms.vllm_version_matches_substr``, which also makes the platform CPU). A
       checkout has no metadata of its own, so the installed vLLM answers: "0.21.0+cpu", as it
       was built against a CPU-only torch. The tree gets a metadata entry of its own
-      (``vllm-<version>.dist-info`` in a temporary directory put first on ``sys.path``, which
-      importlib.metadata searches in order; nothing is importable from it), with the tree's
-      version from its ``vllm/_version.py`` or ``PKG-INFO`` when it has one, else "0+unknown".
+      (``vllm-<version>.dist-info`` in a temporary directory, served by a metadata finder
+      first on ``sys.meta_path``, which importlib.metadata asks in order; it finds no
+      module), with the tree's version from its ``vllm/_version.py`` or ``PKG-INFO`` when it
+      has one, else "0+unknown".
     - Modules. setuptools' editable finder (on ``sys.meta_path``, after the path finder)
       resolves ``vllm.<name>`` that the tree lacks in the installed tree: ``vllm._C`` and
       ``vllm._moe_C`` (the pin's release kernels) and ``vllm._version`` would be the pin's.
@@ -69,9 +70,26 @@ def use_vllm_tree() -> str | None:
     # Names the tree, so that a second call (another contract module) sees it as the tree's.
     url = {"url": tree.as_uri(), "dir_info": {"editable": True}}
     (info / "direct_url.json").write_text(json.dumps(url))
-    sys.path.insert(0, str(where))
+    sys.meta_path.insert(0, _TreeMetadata(importlib.metadata.PathDistribution(info)))
     importlib.invalidate_caches()
     return version
+
+
+class _TreeMetadata(importlib.metadata.DistributionFinder):
+    """Answers importlib.metadata's look-ups of "vllm" with the tree's own distribution,
+    ahead of every other finder (the path's: the installed vLLM's); it finds no module."""
+
+    def __init__(self, dist: importlib.metadata.Distribution):
+        self.dist = dist
+
+    def find_spec(self, *args, **kwargs):
+        return None
+
+    def find_distributions(self, context=None):
+        name = context.name if context is not None else None
+        if name is None or re.sub(r"[-_.]+", "_", name).lower() == "vllm":
+            return iter([self.dist])
+        return iter([])
 
 
 def _metadata_tree(dist: importlib.metadata.Distribution) -> Path:
