@@ -35,7 +35,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from vseries import apply, contract, fetch, pytestrun, series
+from vseries import apply, contract, fetch, image, pytestrun, series
 from vseries import git as gitmod
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
@@ -44,7 +44,7 @@ from vseries.workspace import Workspace
 
 PIN = pinmod.load(ROOT / "upstream.toml")
 KEPT = sorted(p.parent.name for p in (ROOT / "lines").glob("*/upstream.toml"))
-DOCKERFILE = ROOT / "deploy" / "Dockerfile"
+DOCKERFILE = ROOT / image.DOCKERFILE
 
 # ---- a synthetic release: its tree, its wheel ------------------------------------------------
 
@@ -326,6 +326,7 @@ def test_the_recipe_starts_from_the_release_image_of_the_pin():
     steps = recipe(DOCKERFILE)
     froms = [expand(rest, build_args(steps)) for op, rest in steps if op == "FROM"]
     assert froms == [f"vllm/vllm-openai:{PIN.tag}"]  # the default follows upstream.toml
+    assert image.default_tag(ROOT) == PIN.tag  # what the rebase verb reads and moves
     for tag in KEPT:
         line_pin = pinmod.load(ROOT / "lines" / tag / "upstream.toml")
         args = build_args(steps, VLLM_TAG=line_pin.tag)
