@@ -78,8 +78,9 @@ def reference(x, w1, w2, s1, s2, tw, ti, a1, a2) -> torch.Tensor:
     i = w2.size(2)
 
     def q(t, s):
-        s = s if s is not None else (t.abs().max() / 448).clamp(min=1 / (448 * 512))
-        return (t / s).clamp(-448, 448).to(FP8).float() * s
+        s = s if s is not None else t.abs().max() / 448  # as scaled_fp8_quant
+        inv = torch.where(s == 0, 0.0, 1.0 / s)
+        return (t * inv).clamp(-448, 448).to(FP8).float() * s
 
     xq = q(x.float(), a1)
     ti = ti.long()

@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
-"""H200 benchmark of the per-tensor FP8 MoE layer as vLLM's FP8 oracle builds it for its
-TRITON backend (v0.34.0 on): the modular kernel (prepare, experts, finalize) of the first
-experts class of ``backend_to_kernel_cls(TRITON)`` that accepts the layer, timed against the
-HBM read roofline.
+"""H200 benchmark of the per-tensor FP8 MoE layer as vLLM's FP8 oracle builds it: the modular
+kernel (prepare, experts, finalize) of a backend's first experts class that accepts the layer,
+timed against the HBM read roofline.
 
 Variants per row, in the tree it runs in (``--variant`` names the tree):
 
@@ -10,8 +9,13 @@ Variants per row, in the tree it runs in (``--variant`` names the tree):
   the series: ``TritonOrFp8DecodeExperts``, the two decode kernels at the batch sizes it
   takes, else ``TritonExperts``);
 - ``general`` (trees with more than one candidate class): ``TritonExperts`` alone in the
-  same tree, i.e. the series without its decode patch (with the series' other patches: the
-  H200 per-tensor configs, the unspecialised ``fused_moe_kernel``).
+  same tree, i.e. the series without its decode patch (with the series' other patches);
+- ``decode16`` (``--decode16``, the series): the decode kernels taken at every batch of up to
+  16 tokens (the path's own rule stops at 2): where its cliff is;
+- ``flashinfer`` (``--flashinfer``): the FLASHINFER_CUTLASS backend, FlashInfer's CUTLASS
+  fused MoE (static activation scales only: v0.34.0 gives it no dynamic per-tensor layer),
+  weights converted as the oracle converts them, autotuned with FlashInfer's own autotuner
+  for the batch buckets up to the largest M before it is timed, as vLLM's start-up does.
 
 Method (``benchmarks/harness.py``): every row under CUDA-graph replay with 8 routings cycled
 inside the graph (no expert stays in L2), median and range of the replays, bytes from the
@@ -26,6 +30,7 @@ the activations quantised per tensor as vLLM does (``bench_moe_decode.reference`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from functools import partial
 
@@ -35,7 +40,7 @@ from benchmarks import harness, moe_layer, shapes
 from benchmarks.bench_moe_decode import make_layer, reference, rel_err
 from vseries import results
 
-BATCHES = (1, 2, 3, 4, 8, 16, 64)
+BATCHES = (*range(1, 17), 32, 64)
 SCALES = ("static", "dynamic")
 
 
@@ -46,13 +51,13 @@ def candidates():
     return list(fp8.backend_to_kernel_cls(fp8.Fp8MoeBackend.TRITON))
 
 
-def build(cls, cfg, s1, s2, a1, a2):
-    """The modular kernel the oracle makes for ``cls`` and this layer."""
-    from vllm.model_executor.layers.fused_moe import config
+def build(cls, cfg, s1, s2, a1, a2, backend: str = "TRITON"):
+    """The modular kernel the oracle makes for ``cls``, ``backend`` and this layer."""
     from vllm.model_executor.layers.fused_moe.oracle import fp8
 
-    qc = config.fp8_w8a8_moe_quant_config(w1_scale=s1, w2_scale=s2, a1_scale=a1, a2_scale=a2)
-    return fp8.make_fp8_moe_kernel(qc, cfg, cls, fp8.Fp8MoeBackend.TRITON)
+    be = fp8.Fp8MoeBackend[backend]
+    qc = fp8.make_fp8_moe_quant_config(be, w1_scale=s1, w2_scale=s2, a1_scale=a1, a2_scale=a2)
+    return fp8.make_fp8_moe_kernel(qc, cfg, cls, be)
 
 
 def accepts(cls, cfg, static: bool) -> bool:
@@ -78,6 +83,125 @@ def layer_call(kernel, x, w1, w2, e):
     return call
 
 
+@contextlib.contextmanager
+def decode_up_to(n: int):
+    """The series' decode path taken at every batch of up to ``n`` tokens (its module's rule)."""
+    from vllm.model_executor.layers.fused_moe.experts import triton_fp8_decode_moe as d
+
+    old = d.FP8_DECODE_MAX_TOKENS
+    d.FP8_DECODE_MAX_TOKENS = n
+    try:
+        yield
+    finally:
+        d.FP8_DECODE_MAX_TOKENS = old
+
+
+class Variant:
+    """One experts class to time: how to build its kernel, the weights it reads (the
+    oracle's conversion), the context its calls run in, and its one-time tuning."""
+
+    def __init__(self, name, cls, backend="TRITON", w1_of=None, context=None, tune=None):
+        self.name, self.cls, self.backend = name, cls, backend
+        self.w1_of = w1_of or (lambda w1: w1)
+        self.context = context or contextlib.nullcontext
+        self.tune = tune
+
+
+def flashinfer_variant(cfg) -> Variant | None:
+    """FLASHINFER_CUTLASS as v0.34.0's oracle builds it for per-tensor FP8 on SM90: w13 rows
+    swapped to [up; gate] (``swap_w13_to_w31``), FlashInfer's autotuner run once per layer
+    for the batch buckets up to ``cfg.max_num_tokens`` (vLLM's start-up tunes the same way)."""
+    from vllm.model_executor.layers.fused_moe.experts import flashinfer_cutlass_moe as fim
+    from vllm.model_executor.layers.quantization.utils import flashinfer_utils as fu
+
+    cls = fim.FlashInferExperts
+    if not cls._supports_current_device():
+        return None
+
+    def tune(call, rts):
+        from flashinfer.autotuner import autotune
+
+        with autotune(True):
+            call(*rts[0])
+        torch.cuda.synchronize()
+
+    return Variant("flashinfer", cls, "FLASHINFER_CUTLASS", fu.swap_w13_to_w31, tune=tune)
+
+
+def variants_for(cfg, static: bool, args) -> dict[str, Variant]:
+    classes = candidates()
+    usable = [c for c in classes if accepts(c, cfg, static)]
+    out: dict[str, Variant] = {}
+    if usable:
+        out["default"] = Variant("default", usable[0])
+    general = [c for c in usable if c.__name__ == "TritonExperts"]
+    if general and general[0] is not usable[0]:
+        out["general"] = Variant("general", general[0])
+        if args.decode16:
+            out["decode16"] = Variant("decode16", usable[0], context=partial(decode_up_to, 16))
+    if args.flashinfer and static:
+        fi = flashinfer_variant(cfg)
+        if fi is not None:
+            out["flashinfer"] = fi
+    return out
+
+
+def run_variant(v: Variant, shape, scale, layer, a, bw, rows):
+    e, topk, h, i = shapes.MOE_SHAPES[shape]
+    w1, w2, s1, s2 = layer
+    static = scale == "static"
+    a1 = torch.tensor([0.02], device="cuda") if static else None
+    a2 = torch.tensor([0.01], device="cuda") if static else None
+    cfg = moe_layer.fused_moe_config(e, topk, h, i, max(a.batches))
+    try:
+        kernel = build(v.cls, cfg, s1, s2, a1, a2, v.backend)
+        w1k = v.w1_of(w1)
+    except Exception as exc:  # one failing build must not lose the run
+        rows.append(results.failed("moe_layer", shape, scale, 0, v.name, exc))
+        print(f"{shape} {scale} {v.name}: build failed: {exc}", flush=True)
+        return
+    tuned = v.tune is None
+    for m in a.batches:
+        try:
+            with v.context():
+                g = torch.Generator(device="cuda").manual_seed(m)
+                x = (torch.randn(m, h, device="cuda", generator=g) / 4).bfloat16()
+                rts = harness.routings(m, e, topk)
+                call = layer_call(kernel, x, w1k, w2, e)
+                if not tuned:
+                    v.tune(call, rts)
+                    tuned = True
+                out = call(*rts[0])
+                ref = reference(x, w1, w2, s1, s2, *rts[0], a1, a2)
+                err = rel_err(out, ref)
+                t = harness.time_graph([partial(call, *r) for r in rts], reps=a.reps)
+            nbytes = sum(harness.moe_bytes(r[1], h, i) for r in rts) // len(rts)
+            pct = harness.roofline_pct(nbytes, t.us, bw)
+            rows.append(
+                results.Row(
+                    "moe_layer",
+                    shape,
+                    scale,
+                    m,
+                    v.name,
+                    t.us,
+                    t.us_min,
+                    t.us_max,
+                    nbytes,
+                    pct,
+                    extra={"class": v.cls.__name__, "rel_err": round(err, 5)},
+                )  # fmt: skip
+            )
+            print(
+                f"{shape:14} {scale:7} M={m:3} {v.name:10} {t.us:8.1f} us "
+                f"({t.us_min:.1f}-{t.us_max:.1f}) {pct:5.1f}% err {err:.4f}",
+                flush=True,
+            )
+        except Exception as exc:
+            rows.append(results.failed("moe_layer", shape, scale, m, v.name, exc))
+            print(f"{shape} {scale} M={m} {v.name}: {exc}", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variant", required=True, help="name of the tree, e.g. base or series")
@@ -86,71 +210,28 @@ def main() -> int:
     ap.add_argument("--batches", nargs="*", type=int, default=list(BATCHES))
     ap.add_argument("--scales", nargs="*", default=list(SCALES))
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--flashinfer", action="store_true", help="add FLASHINFER_CUTLASS (static)")
+    ap.add_argument("--decode16", action="store_true", help="add the decode path up to M=16")
     a = ap.parse_args()
 
+    from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.v1.worker import workspace
 
     workspace.init_workspace_manager(torch.device("cuda"))
     bw = harness.read_bandwidth()
-    classes = candidates()
     head = harness.header(
-        "moe_layer", a.variant, bw, classes=[c.__name__ for c in classes], batches=a.batches
-    )
+        "moe_layer", a.variant, bw, classes=[c.__name__ for c in candidates()],
+        batches=a.batches,
+    )  # fmt: skip
     rows: list[results.Row] = []
-    for shape in a.shapes:
-        e, topk, h, i = shapes.MOE_SHAPES[shape]
-        w1, w2, s1, s2 = make_layer(e, h, i, seed=1)
-        for scale in a.scales:
-            static = scale == "static"
-            a1 = torch.tensor([0.02], device="cuda") if static else None
-            a2 = torch.tensor([0.01], device="cuda") if static else None
-            cfg = moe_layer.fused_moe_config(e, topk, h, i, max(BATCHES))
-            usable = [c for c in classes if accepts(c, cfg, static)]
-            variants = {"default": usable[0]} if usable else {}
-            general = [c for c in usable if c.__name__ == "TritonExperts"]
-            if general and general[0] is not usable[0]:
-                variants["general"] = general[0]
-            for name, cls in variants.items():
-                try:
-                    kernel = build(cls, cfg, s1, s2, a1, a2)
-                except Exception as exc:  # one failing build must not lose the run
-                    rows.append(results.failed("moe_layer", shape, scale, 0, name, exc))
-                    continue
-                for m in a.batches:
-                    try:
-                        g = torch.Generator(device="cuda").manual_seed(m)
-                        x = (torch.randn(m, h, device="cuda", generator=g) / 4).bfloat16()
-                        rts = harness.routings(m, e, topk)
-                        call = layer_call(kernel, x, w1, w2, e)
-                        out = call(*rts[0])
-                        ref = reference(x, w1, w2, s1, s2, *rts[0], a1, a2)
-                        err = rel_err(out, ref)
-                        t = harness.time_graph([partial(call, *r) for r in rts], reps=a.reps)
-                        nbytes = sum(harness.moe_bytes(r[1], h, i) for r in rts) // len(rts)
-                        rows.append(
-                            results.Row(
-                                "moe_layer",
-                                shape,
-                                scale,
-                                m,
-                                name,
-                                t.us,
-                                t.us_min,
-                                t.us_max,
-                                nbytes,
-                                harness.roofline_pct(nbytes, t.us, bw),
-                                extra={"class": cls.__name__, "rel_err": round(err, 5)},
-                            )  # fmt: skip
-                        )
-                        print(
-                            f"{shape:14} {scale:7} M={m:3} {name:8} {t.us:8.1f} us "
-                            f"({t.us_min:.1f}-{t.us_max:.1f}) "
-                            f"{harness.roofline_pct(nbytes, t.us, bw):5.1f}% err {err:.4f}",
-                            flush=True,
-                        )
-                    except Exception as exc:
-                        rows.append(results.failed("moe_layer", shape, scale, m, name, exc))
-                        print(f"{shape} {scale} M={m} {name}: {exc}", flush=True)
+    with set_current_vllm_config(VllmConfig()):
+        for shape in a.shapes:
+            e, topk, h, i = shapes.MOE_SHAPES[shape]
+            layer = make_layer(e, h, i, seed=1)
+            for scale in a.scales:
+                cfg = moe_layer.fused_moe_config(e, topk, h, i, max(a.batches))
+                for v in variants_for(cfg, scale == "static", a).values():
+                    run_variant(v, shape, scale, layer, a, bw, rows)
                     results.write(a.out, head, rows)
     results.write(a.out, head, rows)
     return 0

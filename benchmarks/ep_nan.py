@@ -224,6 +224,7 @@ def main() -> int:
     p.add_argument("--out", help="result file (JSON) of this tree")
     p.add_argument("--variant", default="tree", help="the tree's name in the table")
     p.add_argument("--time", action="store_true", help="also time the layer (graph replay)")
+    p.add_argument("--time-only", action="store_true", help="time the layer, no numerics")
     p.add_argument("--compare", nargs="+", metavar="FILE", help="print the joined table")
     args = p.parse_args()
     if args.compare:
@@ -239,9 +240,9 @@ def main() -> int:
 
     head = harness.header(BENCH, args.variant, None)
     with set_current_vllm_config(VllmConfig()):
-        rows = numerics(args.variant)
+        rows = [] if args.time_only else numerics(args.variant)
         results.write(args.out, head, rows)  # kept should the timing not finish
-        if args.time:
+        if args.time or args.time_only:
             rows += timings(args.variant)
             results.write(args.out, head, rows)
     print(table([(args.variant, [r.as_dict() for r in rows])]))

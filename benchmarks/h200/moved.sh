@@ -11,28 +11,38 @@
 #   vllm   vLLM's tests of the touched areas, base vs series (tests/upstream.toml, sharded)
 #   warmup the warm-up's GPU test alone; epnan the expert-parallel NaN test and ep_nan.py on
 #          both trees; wheel the patched release wheel's GPU checks (parts w1..wN)
-#   served benchmarks/served_decode.py: one engine process per SERVED entry (tree:backend),
-#          greedy tokens and small-batch decode throughput, joined in served.md
+#   fi     FlashInfer's SM90 CUTLASS fused-MoE module (FP8 only, built on a CPU machine by
+#          flashinfer_fp8_prepare.sh, staged as part pf) linked into /root/site; vLLM's own
+#          test of its per-tensor FP8 FLASHINFER_CUTLASS path on the base tree
+#   layer  benchmarks/bench_moe_layer.py, M = 1..16 and 64: base (TRITON and, with
+#          FlashInfer, FLASHINFER_CUTLASS autotuned), series (default, general, decode16);
+#          trees alternating base, series (ROUNDS, default 1)
+#   epcost benchmarks/ep_nan.py --time-only on base, base+0003, base+0006, series (EP_TREES)
+#   served benchmarks/served: waves of engine processes (served.sh), every process a record;
+#          WAVES names the waves to run (default "1 2 3 4")
+#   latency vLLM's own `vllm bench latency` (batch 1, 1024 output tokens) on base and series
 # Trees: /root/vllm-base (plain pin) and /root/vllm-series (vllm/ with the series). Each step
 # has its own timeout and the whole call ends within BUDGET seconds (default 560).
 # Results and logs in $OUT (one tarball, one log).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-R=$OUT/r && mkdir -p "$R"
+# results persist on the host across calls (a later phase reads an earlier one's files); each
+# call returns all of them
+R=${R:-/root/r} && mkdir -p "$R"
 # shellcheck source=benchmarks/h200/lib.sh
 . benchmarks/h200/lib.sh
 deadline=$((SECONDS + ${BUDGET:-560}))
-exec > >(tee -a "$OUT/log-moved.txt") 2>&1
+exec > >(tee -a "$R/log-moved.txt" "$OUT/log-moved.txt") 2>&1
 [ -d "$(tree_dir series)" ] || bash /root/stage/p1/assemble.sh > "$R/assemble.log" 2>&1 || {
   tail -30 "$R/assemble.log"
   echo "!!! assemble failed"
 }
 ln -sfn "$(tree_dir series)" "$(tree_dir patched)"
-install_wheel() {  # once per host: the pieces in /root/stage/w*/ joined into /root/wsite
+install_wheel() {  # once per host: the patched wheel (part w1, wheel_parts.py) into /root/wsite
   [ -d /root/wsite/vllm ] && return 0
-  local pieces=(/root/stage/w*/patched.whl.piece*) whl
-  whl=/tmp/$(cat /root/stage/w1/NAME)
-  cat "${pieces[@]}" >"$whl"
+  local whl
+  whl=$(python3 benchmarks/h200/wheel_parts.py restore /root/stage/w1 \
+    --kernels /root/stage/kernels --out /tmp) || { echo "!!! wheel restore failed"; return 1; }
   echo "wheel: $whl sha256 $(sha256sum "$whl" | cut -d' ' -f1)"
   python3 -m pip install -q --no-index --no-deps --no-compile --target /root/wsite "$whl"
 }
@@ -102,7 +112,7 @@ PY
         "$R/ep_nan-series.json"
       ;;
     wheel)
-      # the patched release wheel (scripts/wheel.sh, staged as pieces in w1..wN) installed
+      # the patched release wheel (scripts/wheel.sh, staged as part w1 by wheel_parts.py) installed
       # alone into /root/wsite; the contracts' GPU parts and the decode tests import it
       install_wheel
       mkdir -p /root/wtests && cp -r /root/vllm-series/tests /root/wtests/ 2>/dev/null
@@ -115,27 +125,74 @@ PY
         -p no:cacheprovider tests/kernels/moe/test_fused_moe_fp8_decode.py -k modular_kernel_path \
         --junitxml "$R/decode-wheel.xml") || echo "!!! wheel decode tests"
       ;;
-    served)
-      # benchmarks/served_decode.py, one engine process each (SERVED: tree:moe_backend ...;
-      # tree "wheel" is the patched release wheel in /root/wsite, which the wheel phase makes)
-      install_wheel
-      i=0
-      for pb in ${SERVED:-series:auto series:triton wheel:auto base:auto}; do
-        i=$((i + 1)) && t=${pb%%:*} && b=${pb#*:}
-        if [ "$t" = wheel ]; then
-          path="/root/wsite:$SITE:$ws" && pre=(env "PYTHONPATH=$path")
-          tr=series
-        else
-          pre=() && tr=$t
-        fi
-        run_ws "$tr" "${SERVED_TIMEOUT:-240}" "${pre[@]}" env VLLM_USE_DEEP_GEMM=0 \
-          python3 -P -m benchmarks.served_decode --variant "$t-$b" --moe-backend "$b" \
-          --flavour "${FLAVOUR:-fp8static}" --out "$R/served-$i-$t-$b.json" \
-          2>"$R/served-$i-$t-$b.log"
-        grep -h -i "moe backend\|Using .*Experts\|Error" "$R/served-$i-$t-$b.log" | head -5
+    fi)
+      bash benchmarks/h200/flashinfer_fp8_link.sh /root/stage/pf "$SITE" >"$R/fi-link.log" 2>&1 ||
+        echo "!!! flashinfer link failed"
+      tail -n 4 "$R/fi-link.log"
+      run_in base 60 python3 -c 'import flashinfer, vllm.utils.flashinfer as f; print("flashinfer", flashinfer.__version__, "cutlass fused moe:", f.has_flashinfer_cutlass_fused_moe())'
+      run_in base 240 python3 -m pytest -q -p no:cacheprovider -rA \
+        tests/kernels/moe/test_flashinfer.py -k "cutlass_moe_fp8_no_graph" \
+        --junitxml "$R/fi-vllm-test.xml"
+      ;;
+    layer)
+      read -ra bench_args <<<"${BENCH_ARGS:---shapes qwen3-30b-a3b dsv3-tp8}"
+      for ((r = 1; r <= ${ROUNDS:-1}; r++)); do
+        run_in base "${BENCH_TIMEOUT:-200}" python3 -m benchmarks.bench_moe_layer \
+          --variant base --flashinfer --out "$R/moe_layer-base-r$r.json" "${bench_args[@]}"
+        run_in series "${BENCH_TIMEOUT:-200}" python3 -m benchmarks.bench_moe_layer \
+          --variant series --decode16 --out "$R/moe_layer-series-r$r.json" "${bench_args[@]}"
       done
-      run_ws series 30 python3 -P -m benchmarks.served_decode --compare "$R"/served-*.json \
-        --md "$R/served.md"
+      ;;
+    epcost)
+      # which patch makes the series' fused_experts under EP slower than v0.34.0's: trees
+      # of the base with one patch each (patch -p1 on a copy of the base; its tests left out)
+      for n in ${EP_PATCHES:-0003 0006}; do
+        d=$(tree_dir "p$n")
+        [ -d "$d" ] && continue
+        cp -a "$(tree_dir base)" "$d"
+        filterdiff_tests() { awk '/^diff --git a\/tests\//{skip=1} /^diff --git a\/vllm\//{skip=0} !skip'; }
+        filterdiff_tests <patches/"$n"-*.patch | (cd "$d" && patch -p1 -s) || echo "!!! p$n did not apply"
+      done
+      for t in ${EP_TREES:-base p0006 p0003 series}; do
+        run_ws "$t" 90 python3 -P -m benchmarks.ep_nan --variant "$t" --time-only \
+          --out "$R/epcost-$t.json"
+      done
+      run_ws series 30 python3 -P -m benchmarks.ep_nan --compare "$R"/epcost-base.json \
+        "$R"/epcost-p0006.json "$R"/epcost-p0003.json "$R"/epcost-series.json
+      ;;
+    served)
+      install_wheel
+      # shellcheck source=benchmarks/h200/served.sh
+      . benchmarks/h200/served.sh
+      for w in ${WAVES:-1 2 3 4}; do
+        case $w in
+          1) served_wave 1 420 bd1:base:fp8dyn:trace sd1:series:fp8dyn:trace \
+            bs1:base:fp8static:trace ss1:series:fp8static:trace ;;
+          2) served_wave 2 300 bd2:base:fp8dyn sd2:series:fp8dyn bs2:base:fp8static \
+            ss2:series:fp8static bd3:base:fp8dyn sd3:series:fp8dyn ;;
+          3) served_wave 3 300 bs3:base:fp8static ss3:series:fp8static bd4:base:fp8dyn \
+            sd4:series:fp8dyn bs4:base:fp8static ss4:series:fp8static ;;
+          4) served_wave 4 300 bd5:base:fp8dyn sd5:series:fp8dyn bs5:base:fp8static \
+            ss5:series:fp8static ws1:wheel:fp8static ;;
+        esac
+      done
+      run_ws series 60 python3 -P -m benchmarks.served.report "$R"/served/*.json \
+        --layer "$R"/moe_layer-*.json --md "$R/served.md" --json "$R/served.json"
+      ;;
+    latency)
+      # vLLM's own latency benchmark, the command a maintainer reruns (batch 1)
+      run_ws series 60 python3 -P -m benchmarks.e2e.models --out /root/models \
+        --arch qwen3-30b-a3b --flavour fp8dyn --layers 24
+      for t in base series; do
+        run_in "$t" "${LATENCY_TIMEOUT:-150}" env VLLM_USE_DEEP_GEMM=0 VLLM_USE_FLASHINFER_SAMPLER=0 \
+          VLLM_CACHE_ROOT=/root/vcache python3 -m vllm.entrypoints.cli.main bench latency \
+          --model /root/models/qwen3-30b-a3b-fp8dyn-L24 --load-format dummy --quantization fp8 \
+          --skip-tokenizer-init --disable-detokenize --input-len 32 --output-len 1024 \
+          --batch-size 1 --num-iters-warmup 2 --num-iters 6 --max-model-len 1120 \
+          --kv-cache-memory-bytes 2147483648 --no-enable-prefix-caching \
+          --compilation-config '{"cudagraph_capture_sizes": [1, 4, 8, 16]}' \
+          --output-json "$R/latency-$t.json" 2>"$R/latency-$t.log" | tail -n 8
+      done
       ;;
     vllm)
       only=() && for o in ${UPSTREAM_ONLY:-}; do only+=(--only "$o"); done

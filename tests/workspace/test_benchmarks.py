@@ -372,25 +372,3 @@ def test_fp8_oracle_labels_flashinfer_without_its_autotune():
         text=True,
     )
     assert p.returncode == 0 and "--no-autotune" in p.stdout
-
-
-def test_served_decode_compare_lists_each_process_and_where_tokens_differ(tmp_path):
-    """served_decode --compare: a row per process (never averaged), medians with their range,
-    the ratio to the first file, and the continuations that differ from the first's."""
-    from benchmarks import served_decode
-
-    def rec(name, backend, one, four, tokens):
-        r = {"variant": name, "vllm": "0.34.0", "moe_backend": backend, "startup_s": 80.0}
-        r |= {"tokens": tokens, "decode": {"1": one, "4": four}}
-        (tmp_path / f"{name}.json").write_text(json.dumps(r))
-        return tmp_path / f"{name}.json"
-
-    off = rec("off", "triton", [100, 98, 103, 101, 99], [300] * 5, [[1, 2, 3], [4, 5, 6]])
-    on = rec("on", "auto", [120, 125, 119, 121, 130], [330] * 5, [[1, 2, 3], [4, 9, 6]])
-    table = served_decode.compare([off, on]).splitlines()
-    assert len(table) == 4 and table[2].startswith("| off") and table[3].startswith("| on")
-    assert "100.0 (98.0-103.0) | 1.000x" in table[2]
-    assert "121.0 (119.0-130.0) | 1.210x" in table[3]
-    assert "330.0 (330.0-330.0) | 1.100x" in table[3]
-    assert table[2].endswith("| 2 of 2 |")
-    assert table[3].endswith("| 1 of 2 (first difference at token 1) |")

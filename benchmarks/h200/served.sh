@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Host side of the served-decode benchmark (benchmarks/served): waves of engine processes of
+# vLLM's offline LLM, several alive at once on the one GPU, measuring in turns. Sourced by
+# moved.sh (its `served` phase) after lib.sh; reads R (results), SITE, ws, deadline.
+#   served_wave NAME LIMIT SPEC...   SPEC = name:tree:flavour[:trace]
+# tree: base or series (the staged trees), wheel (the patched release wheel in /root/wsite).
+# Each process: $R/served/<name>.json (its record) and <name>.log (its stderr).
+# shellcheck shell=bash
+served_env=(VLLM_USE_DEEP_GEMM=0 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_CACHE_ROOT=/root/vcache
+  PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false)
+served_wave() {
+  local wave=$1 limit=$2 t
+  shift 2
+  t=$(left)
+  [ "$t" -lt "$limit" ] && limit=$t
+  if [ "$limit" -le 60 ]; then
+    echo "!!! wave $wave skipped (budget)"
+    return 1
+  fi
+  local dir=/tmp/turns-$wave n=$# i=0 pids=() spec name tree flavour trace path
+  rm -rf "$dir" && mkdir -p "$R/served"
+  echo "=== wave $wave: $n engines, ${limit}s, at ${SECONDS}s: $*"
+  for spec in "$@"; do
+    IFS=: read -r name tree flavour trace <<<"$spec"
+    if [ "$tree" = wheel ]; then path="/root/wsite:$SITE:$ws"; else path=$(tree_path "$tree"); fi
+    (cd "$ws" && env "${served_env[@]}" PYTHONPATH="$path" timeout "$limit" python3 -P -m \
+      benchmarks.served.engine --name "$name" --tree "$tree" --flavour "$flavour" \
+      --turns "$dir" --index "$i" --count "$n" ${trace:+--trace} \
+      --wait-s $((limit - 60)) --log "$R/served/$name.log" --out "$R/served/$name.json" \
+      >"$R/served/$name.out" 2>"$R/served/$name.log") &
+    pids+=($!)
+    i=$((i + 1))
+  done
+  wait "${pids[@]}"
+  for spec in "$@"; do
+    name=${spec%%:*}
+    tail -n 2 "$R/served/$name.out" 2>/dev/null | cut -c1-300
+    grep -h "Error\|error:" "$R/served/$name.log" 2>/dev/null | tail -n 3 | cut -c1-300
+  done
+  echo "=== wave $wave done at ${SECONDS}s"
+}

@@ -1,0 +1,168 @@
+"""Served decode records -> tables: every process listed, then per flavour and batch size the
+trees' medians, their ratio, and the saving the layer table predicts.
+
+    python -m benchmarks.served.report served-*.json --layer moe_layer-*.json \\
+        --md served.md --json served.json
+
+A record is one engine process (``benchmarks.served.engine``). Per process and batch size:
+the median of its repetitions (and their range). Per tree: the median of its processes'
+medians and the range of those medians (processes differ; none is averaged away). The
+prediction for a tree pair: layers x (the base's layer time - the series' layer time) at
+M = batch size, from the layer benchmark's rows (``bench_moe_layer``: the base's variant that
+its MoE backend runs, the series' ``default``), shape ``--shape``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from vseries import results
+
+# the layer-table variant that a served tree's MoE backend runs, by (tree, flavour)
+LAYER_VARIANT = {
+    ("base", "fp8static"): ("base", "flashinfer"),
+    ("base", "fp8dyn"): ("base", "default"),
+    ("series", "fp8static"): ("series", "default"),
+    ("series", "fp8dyn"): ("series", "default"),
+}
+SCALE = {"fp8static": "static", "fp8dyn": "dynamic"}
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def tree_of(rec: dict) -> str:
+    """The tree a process measured: the patched wheel is the series."""
+    return "series" if rec.get("tree") == "wheel" else rec.get("tree", "?")
+
+
+def process_rows(recs: list[dict], batches: list[str]) -> list[list[str]]:
+    ref = {}  # the first base process of each flavour: the tokens every other is held to
+    for r in recs:
+        if tree_of(r) == "base" and "tokens" in r:
+            ref.setdefault(r["flavour"], r)
+    rows = []
+    for r in recs:
+        if "error" in r:
+            rows.append([r["name"], "-", "-", "failed: " + r["error"][:120]] + [""] * len(batches))
+            continue
+        cells = [r["name"], r["tree"], r.get("backend", r["moe_backend"]), str(r["startup_s"])]
+        for b in batches:
+            xs = [x for x in r["tpot_ms"].get(b, []) if x is not None]
+            cells.append(f"{med(xs):.3f} ({min(xs):.3f}-{max(xs):.3f})" if xs else "-")
+        base = ref.get(r["flavour"])
+        if base is None:
+            cells.append("-")
+        else:
+            d = [first_difference(a, t) for a, t in zip(base["tokens"], r["tokens"], strict=True)]
+            same = sum(x is None for x in d)
+            cells.append(f"{same}/{len(d)}" + ("" if same == len(d) else f" (first at {d})"))
+        rows.append(cells)
+    return rows
+
+
+def layer_us(layer_rows: list[dict], shape: str) -> dict:
+    """(tree, variant, scale, m) -> median us of the layer rows of ``shape``."""
+    out: dict = {}
+    for r in layer_rows:
+        if r.get("shape") == shape and r.get("us") is not None:
+            out[(r["tree"], r["variant"], r["dtype"], int(r["m"]))] = r["us"]
+    return out
+
+
+def summary(recs: list[dict], batches: list[str], layer: dict) -> list[list[str]]:
+    rows = []
+    flavours = sorted({r["flavour"] for r in recs if "error" not in r})
+    for fl in flavours:
+        for b in batches:
+            per_tree = {}
+            for t in ("base", "series"):
+                meds = [
+                    med(r["tpot_ms"].get(b, []))
+                    for r in recs
+                    if "error" not in r and r["flavour"] == fl and tree_of(r) == t
+                ]
+                per_tree[t] = [m for m in meds if m is not None]
+            if not per_tree["base"] or not per_tree["series"]:
+                continue
+            mb, ms = med(per_tree["base"]), med(per_tree["series"])
+            layers = next(r["layers"] for r in recs if "error" not in r and r["flavour"] == fl)
+            kb = layer.get((*LAYER_VARIANT[("base", fl)], SCALE[fl], int(b)))
+            ks = layer.get((*LAYER_VARIANT[("series", fl)], SCALE[fl], int(b)))
+            pred = layers * (kb - ks) / 1e3 if kb is not None and ks is not None else None
+            saved = mb - ms
+            wins = sum(m < min(per_tree["base"]) for m in per_tree["series"])
+            rows.append(
+                [
+                    fl,
+                    b,
+                    f"{mb:.3f} ({min(per_tree['base']):.3f}-{max(per_tree['base']):.3f}), "
+                    f"n={len(per_tree['base'])}",
+                    f"{ms:.3f} ({min(per_tree['series']):.3f}-{max(per_tree['series']):.3f}), "
+                    f"n={len(per_tree['series'])}",
+                    f"{mb / ms:.3f}x",
+                    f"{saved:.3f}",
+                    "-" if pred is None else f"{pred:.3f}",
+                    "-" if not pred else f"{100 * saved / pred:.0f}%",
+                    f"{wins} of {len(per_tree['series'])}",
+                ]  # fmt: skip
+            )
+    return rows
+
+
+def build(paths: list[Path], layer_paths: list[Path], shape: str) -> tuple[str, list[dict]]:
+    recs = [json.loads(p.read_text()) for p in paths]
+    batches = sorted({b for r in recs for b in r.get("tpot_ms", {})}, key=int)
+    layer_rows = []
+    for p in layer_paths:
+        data = json.loads(p.read_text())
+        tree = data["header"].get("variant", "?")
+        layer_rows += [{**r, "tree": tree} for r in data["rows"]]
+    table1 = results.markdown_table(
+        ["process", "tree", "MoE backend", "start-up s"]
+        + [f"TPOT ms, batch {b}: median (range)" for b in batches]
+        + ["greedy continuations equal to the base's"],
+        process_rows(recs, batches),
+    )
+    table2 = results.markdown_table(
+        ["flavour", "batch", "base TPOT ms (range of processes)", "series", "base / series",
+         "saved ms", "predicted ms (layers x layer saving)", "saved / predicted",
+         "series processes faster than every base process"],
+        summary(recs, batches, layer_us(layer_rows, shape)),
+    )  # fmt: skip
+    slim = [{k: v for k, v in r.items() if k != "tokens"} for r in recs]
+    return table1 + "\n" + table2, slim
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("records", nargs="+", type=Path)
+    ap.add_argument("--layer", nargs="*", type=Path, default=[], help="bench_moe_layer JSON")
+    ap.add_argument("--shape", default="qwen3-30b-a3b")
+    ap.add_argument("--md", type=Path)
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args(argv)
+    text, slim = build(a.records, a.layer, a.shape)
+    print(text)
+    if a.md:
+        a.md.write_text(text)
+    if a.json:
+        a.json.write_text(json.dumps(slim, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

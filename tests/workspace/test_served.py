@@ -1,0 +1,212 @@
+"""The served-decode benchmark's host-side parts (``benchmarks/served``), on the CPU: the turns
+that keep engine processes from measuring at once, the trace summary of decode steps, and the
+report that lists every process and predicts the saving from the layer table."""
+
+import json
+import multiprocessing as mp
+import time
+
+import pytest
+
+from benchmarks.served import engine, report, trace, turns
+
+
+def _worker(folder, index, count, rounds, log):
+    t = turns.Turns(folder, index, count, poll_s=0.005)
+    t.join()
+    t.wait_all(30)
+    for r in range(rounds):
+        t.take(timeout_s=60)
+        start = time.monotonic()
+        time.sleep(0.02)
+        with open(log, "a") as f:
+            f.write(json.dumps([index, r, start, time.monotonic()]) + "\n")
+        t.give(finished=r == rounds - 1)
+
+
+def _crasher(folder, index, count):
+    t = turns.Turns(folder, index, count, poll_s=0.005)
+    t.join()
+    t.wait_all(30)
+    t.take(timeout_s=60)  # holds the turn and dies without giving it
+
+
+@pytest.mark.slow
+def test_turns_never_overlap_and_alternate(tmp_path):
+    log = tmp_path / "log"
+    ctx = mp.get_context("fork")
+    ps = [ctx.Process(target=_worker, args=(tmp_path, i, 3, 4, log)) for i in range(3)]
+    for p in ps:
+        p.start()
+    for p in ps:
+        p.join(60)
+    assert all(p.exitcode == 0 for p in ps)
+    runs = sorted(json.loads(x) for x in log.read_text().splitlines())
+    runs.sort(key=lambda r: r[2])
+    assert len(runs) == 12
+    for a, b in zip(runs, runs[1:], strict=False):
+        assert a[3] <= b[2], "two processes measured at once"
+    order = [r[0] for r in runs]
+    # round robin from whichever process joined first: every window of three holds all
+    # three, and the cycle repeats
+    assert len(set(order[:3])) == 3, order
+    assert all(order[i + 3] == order[i] for i in range(len(order) - 3)), order
+
+
+@pytest.mark.slow
+def test_a_holder_that_dies_is_skipped(tmp_path):
+    log = tmp_path / "log"
+    ctx = mp.get_context("fork")
+    dead = ctx.Process(target=_crasher, args=(tmp_path, 0, 2))
+    live = ctx.Process(target=_worker, args=(tmp_path, 1, 2, 2, log))
+    dead.start()
+    time.sleep(0.2)  # the crasher joins first and holds the first turn
+    live.start()
+    dead.join(30)
+    live.join(30)
+    assert live.exitcode == 0
+    assert len(log.read_text().splitlines()) == 2
+
+
+def test_turns_give_to_the_next_live_process_in_index_order(tmp_path):
+    a = turns.Turns(tmp_path, 0, 2)
+    a.join()
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["turn"] == 0
+    # process 1 "joined" with a pid that is alive (this one): the turn goes to it
+    with a._state() as s:  # noqa: SLF001  (the test plays a second process)
+        s["joined"]["1"] = s["joined"]["0"]
+    a.give()
+    assert json.loads((tmp_path / "state.json").read_text())["turn"] == 1
+    with a._state() as s:  # noqa: SLF001
+        s["done"].append(1)
+    a.take(timeout_s=1)  # 1 is done: 0 takes the turn back
+
+
+def test_schedule_and_reps():
+    reps = engine.reps_per_batch("1:2,4:2,8:1,16:1")
+    assert reps == {1: 2, 4: 2, 8: 1, 16: 1}
+    assert engine.schedule(reps) == [(1, 0), (4, 0), (8, 0), (16, 0), (1, 1), (4, 1)]
+
+
+def test_log_lines_name_the_backend():
+    text = "\n".join(
+        [
+            "INFO 12-04 [fp8.py:612] Using FLASHINFER_CUTLASS Fp8 MoE backend (first supported "
+            "backend in priority order) out of potential backends: ['FLASHINFER_CUTLASS'].",
+            "INFO noise",
+            "INFO [kernel_warmup.py] Autotuning FlashInfer ops",
+        ]
+    )
+    lines = engine.log_lines(text)
+    assert len(lines) == 2
+    assert engine.BACKEND.search(lines[0]).group(1) == "FLASHINFER_CUTLASS"
+
+
+def _kernel(name, ts, dur, corr):
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur,
+            "args": {"correlation": corr}}  # fmt: skip
+
+
+def _launch(ts, corr):
+    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": ts, "dur": 5,
+            "args": {"correlation": corr}}  # fmt: skip
+
+
+def _decode_trace(steps=4, period=100.0, graphs=1):
+    """Steps of ``period`` us: ``graphs`` graph replays of attention + MoE kernels (60 us
+    busy in all), then an eager sampler kernel (5 us); the rest idle."""
+    ev, corr = [], 0
+    for s in range(steps):
+        t0 = s * period
+        for g in range(graphs):
+            corr += 1
+            ev.append(_launch(t0 - 10 + g, corr))
+            base = t0 + g * 60 / graphs
+            ev.append(_kernel("flash_fwd_kernel", base, 20 / graphs, corr))
+            ev.append(_kernel("_moe_decode_w13_kernel", base + 20 / graphs, 25 / graphs, corr))
+            ev.append(_kernel("_moe_decode_w2_kernel", base + 45 / graphs, 15 / graphs, corr))
+        ev.append(_kernel("argmax_kernel", t0 + 70, 5, 10_000 + s))
+    return ev
+
+
+@pytest.mark.parametrize("graphs", [1, 3])
+def test_trace_splits_steps_and_finds_the_idle_gpu(graphs):
+    s = trace.summarise(_decode_trace(graphs=graphs), decode_steps=4)
+    assert s["steps"] == 3  # the last step has no end
+    assert s["period_us"] == 100.0
+    assert s["busy_us"] == pytest.approx(65.0)
+    assert s["idle_us"] == pytest.approx(35.0)
+    assert s["moe_us"] == pytest.approx(40.0)
+    assert s["launches_per_step"] == {
+        "_moe_decode_w13_kernel": graphs, "_moe_decode_w2_kernel": graphs,
+    }  # fmt: skip
+
+
+def test_trace_of_a_folder_reads_gzip(tmp_path):
+    import gzip
+
+    p = tmp_path / "w0.pt.trace.json.gz"
+    p.write_bytes(gzip.compress(json.dumps({"traceEvents": _decode_trace()}).encode()))
+    s = trace.summarise_folder(tmp_path, decode_steps=4)
+    assert s["file"] == p.name and s["steps"] == 3
+
+
+def _record(tmp_path, name, tree, flavour, tpot, tokens, layers=24):
+    r = {
+        "name": name, "tree": tree, "flavour": flavour, "moe_backend": "auto",
+        "backend": "TRITON", "startup_s": 80.0, "layers": layers,
+        "tpot_ms": {"1": tpot, "4": [x + 0.5 for x in tpot]}, "tokens": tokens,
+    }  # fmt: skip
+    p = tmp_path / f"{name}.json"
+    p.write_text(json.dumps(r))
+    return p
+
+
+def test_report_lists_every_process_and_predicts_from_the_layer_table(tmp_path):
+    toks = [[1, 2, 3], [4, 5, 6]]
+    paths = [
+        _record(tmp_path, "b1", "base", "fp8dyn", [2.10, 2.12], toks),
+        _record(tmp_path, "b2", "base", "fp8dyn", [2.20, 2.30], toks),
+        _record(tmp_path, "s1", "series", "fp8dyn", [1.90, 1.95], toks),
+        _record(tmp_path, "w1", "wheel", "fp8dyn", [1.95, 1.97], [[1, 2, 3], [4, 9, 6]]),
+    ]
+    layer = tmp_path / "layer.json"
+
+    def lrow(tree, m, us):
+        return {"bench": "moe_layer", "shape": "qwen3-30b-a3b", "dtype": "dynamic", "m": m,
+                "variant": "default", "us": us}  # fmt: skip
+
+    layer.write_text(
+        json.dumps(
+            {"header": {"variant": "base"}, "rows": [lrow("base", 1, 36.5), lrow("base", 4, 60.0)]}
+        )
+    )
+    layer2 = tmp_path / "layer2.json"
+    layer2.write_text(
+        json.dumps(
+            {
+                "header": {"variant": "series"},
+                "rows": [lrow("series", 1, 20.5), lrow("series", 4, 58.0)],
+            }
+        )
+    )
+    text, slim = report.build(paths, [layer, layer2], "qwen3-30b-a3b")
+    lines = text.splitlines()
+    assert sum(ln.startswith(("| b1", "| b2", "| s1", "| w1")) for ln in lines) == 4
+    assert "| 2.110 (2.100-2.120) |" in text  # a process: its median and range
+    assert "1/2 (first at [None, 1])" in text  # the wheel's second continuation differs
+    row = next(ln for ln in lines if ln.startswith("| fp8dyn | 1 |"))
+    # base: median of the process medians (2.11, 2.25) = 2.18; series (1.925, 1.96) = 1.9425
+    assert "2.180 (2.110-2.250), n=2" in row and "1.942 (1.925-1.960), n=2" in row
+    # predicted: 24 layers x (36.5 - 20.5) us = 0.384 ms; saved 0.2375 ms -> 62%
+    assert "| 0.384 | 62% |" in row and row.endswith("| 2 of 2 |")
+    assert all("tokens" not in r for r in slim)
+
+
+def test_report_shows_a_failed_process(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps({"name": "x", "error": "RuntimeError('boom')"}))
+    ok = _record(tmp_path, "b1", "base", "fp8dyn", [2.1], [[1]])
+    text, _ = report.build([ok, p], [], "qwen3-30b-a3b")
+    assert "| x | - | - | failed: RuntimeError('boom') |" in text
