@@ -123,8 +123,8 @@ def subject(patch: Path) -> str:
 
 
 def upstream_status(text: str) -> str:
-    """The ``Upstream-Status:`` header (Pending, Submitted [url], Accepted [tag]);
-    "Pending" when there is none."""
+    """The ``Upstream-Status:`` header (Pending, Pending [data for url], Submitted [url],
+    Accepted [tag]); "Pending" when there is none."""
     m = STATUS.search(text)
     return m.group(1).strip() if m else "Pending"
 

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from vseries import pin as pinmod
 from vseries.errors import SeriesError
 from vseries.prs import body as prbody
 from vseries.prs import checks as prchecks
+from vseries.prs import comment as prcomment
 from vseries.prs import publish, results
 from vseries.prs.checks import Checks
 
@@ -392,6 +394,114 @@ def test_record_refuses_when_vllm_is_not_on_the_series(tiny):
     with pytest.raises(SeriesError, match="not on the series branch") as e:
         prs.record("0001", URL)
     assert e.value.fix.startswith("scripts/apply.sh") and p.read_bytes() == before
+
+
+# --- data for an open upstream PR: its comment, no PR ---------------------------------------
+
+OPEN = "https://github.com/vllm-project/vllm/pull/55268"
+
+
+def test_patch_that_is_data_for_an_open_pr_gets_its_comment_not_a_pr(tiny):
+    """Pending [data for URL]: no branch, out/prs/NNNN/ holds the hand-written comment and its
+    gh command; the patches around it still get their PRs."""
+    add(tiny, write("b.py", "x = 21\n"), MSG.format("one", "one"))
+    add(
+        tiny,
+        edit_line("a.py", 3, "three"),
+        MSG.format("warm", "warm").replace("Pending", f"Pending [data for {OPEN}]"),
+    )
+    add(tiny, write("c.py", "x = 23\n"), "[Core] three\n\nUpstream-Status: Pending")
+    (tiny / "docs" / "upstream").mkdir(parents=True)
+    (tiny / "docs/upstream/55268-comment.md").write_text("On an H200: 4 compiles -> 0.\n")
+    out = tiny / "out" / "prs" / "0002"
+    out.mkdir(parents=True)
+    (out / "body.md").write_text("a PR body of an earlier run\n")
+    done = prs.prs(hooks=False, tests=False)
+    assert [(x.number, type(x).__name__, x.ok) for x in done] == [
+        ("0001", "PR", True),
+        ("0002", "Comment", True),
+        ("0003", "PR", True),
+    ]
+    assert done[1].url == OPEN and done[1].pr == "55268"
+    assert git(tiny / "vllm", "branch", "--list", "pr/perf-kernel-warm") == ""
+    assert sorted(f.name for f in out.iterdir()) == [
+        "checks.txt",
+        "commands.sh",
+        "comment.md",
+        "target.txt",
+    ]
+    assert (out / "comment.md").read_text() == "On an H200: 4 compiles -> 0.\n"
+    assert (out / "target.txt").read_text() == OPEN + "\n"
+    cmd = (out / "commands.sh").read_text()
+    assert f'gh pr comment {OPEN} --body-file "$here/comment.md"' in cmd
+    assert "git -C vllm push" not in cmd
+    assert subprocess.run(["bash", "-n", str(out / "commands.sh")]).returncode == 0
+    assert (tiny / "out/prs/0003/body.md").is_file()  # the later patch keeps its PR
+
+
+def test_data_for_without_its_comment_file_is_not_ready_and_names_the_file(tiny, capsys):
+    add(
+        tiny,
+        write("b.py", "x = 24\n"),
+        f"[Core] four\n\nUpstream-Status: Pending [data for {OPEN}]",
+    )
+    [c] = prs.prs(hooks=False, tests=False)
+    assert not c.ok and "docs/upstream/55268-comment.md does not exist" in c.problems[0]
+    out = tiny / "out" / "prs" / "0001"
+    assert not (out / "commands.sh").exists() and not (out / "comment.md").exists()
+    assert "NOT READY" in (out / "checks.txt").read_text()
+    assert "0001 data for " + OPEN + ": NOT READY" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "status, expected",
+    [
+        (f"Pending [data for {OPEN}]", (OPEN, "55268")),
+        (f"Pending [data for {OPEN}/]", (OPEN, "55268")),
+        ("Pending", None),
+        (f"Submitted [{OPEN}]", None),
+        ("Accepted [v0.25.0]", None),
+        ("Pending [data for https://example.org/issues/3]", None),
+    ],
+)
+def test_only_a_pending_data_for_a_pull_request_is_a_comment(status, expected):
+    assert prcomment.target(status) == expected
+
+
+def test_data_for_sets_the_header_and_the_comment_follows(tiny):
+    """--data-for NNNN URL: the trailer in vllm/ and in the patch file; --record later turns
+    it into Submitted; a URL that is not a pull request's is refused, nothing changed."""
+    add(tiny, write("b.py", "x = 25\n"), MSG.format("five", "five"))
+    apply.apply()
+    refresh.refresh()
+    p = series.load()[0].path
+    before = p.read_bytes()
+    with pytest.raises(SeriesError, match="is not a PR URL") as e:
+        prs.record("1", "https://github.com/vllm-project/vllm/issues/7", data_for=True)
+    assert e.value.fix.startswith("scripts/prs.sh --data-for 0001 ") and p.read_bytes() == before
+    prs.record("1", OPEN, data_for=True)
+    status = f"Upstream-Status: Pending [data for {OPEN}]"
+    assert status in git(tiny / "vllm", "log", "-1", "--format=%B", "series")
+    assert status + "\nSigned-off-by: t <t@t>" in p.read_text()
+    assert patchfile.info(p).status == f"Pending [data for {OPEN}]"
+    (tiny / "docs" / "upstream").mkdir(parents=True)
+    (tiny / "docs/upstream/55268-comment.md").write_text("data\n")
+    [c] = prs.prs(hooks=False, tests=False)
+    assert c.ok and (tiny / "out/prs/0001/comment.md").read_text() == "data\n"
+    prs.record("1", URL)
+    assert patchfile.info(p).status == f"Submitted [{URL}]"
+    [pr] = prs.prs(hooks=False, tests=False)
+    assert pr.ok and (tiny / "out/prs/0001/body.md").is_file()
+    assert not (tiny / "out/prs/0001/comment.md").exists()
+
+
+def test_real_data_for_patches_have_their_comment():
+    """Every real patch that is data for an open PR has its comment written."""
+    for e in real_entries():
+        target = prcomment.target(patchfile.info(ROOT / "patches" / e.name).status)
+        if target:
+            text = (ROOT / "docs" / "upstream" / f"{target[1]}-comment.md").read_text()
+            assert text.strip(), e.name
 
 
 # --- the body ------------------------------------------------------------------------------------
@@ -788,6 +898,8 @@ def test_real_series_end_to_end(ws):
     About 1-3 minutes per patch on a 2-core host once the hook environments are cached."""
     names = [n for e in real_entries() for n in results.bench_names(e.options)]
     fixture_results(ws / "benchmarks" / "results", names)
+    if (ROOT / "docs" / "upstream").is_dir():
+        shutil.copytree(ROOT / "docs" / "upstream", ws / "docs" / "upstream")
     done = prs.prs()
     by_name = {pr.entry.name: pr for pr in done}
     pin = pinmod.load(ROOT / "upstream.toml")
@@ -795,6 +907,10 @@ def test_real_series_end_to_end(ws):
         pr = by_name[entry.name]
         info = patchfile.info(ROOT / "patches" / entry.name)
         out = ws / "out" / "prs" / pr.number
+        if isinstance(pr, prcomment.Comment):  # data for an open PR: its comment, no branch
+            assert pr.ok, pr.problems
+            assert (out / "comment.md").read_text().strip()
+            continue
         assert (out / "title.txt").read_text() == info.subject + "\n"
         body = (out / "body.md").read_text()
         c = pr.checks

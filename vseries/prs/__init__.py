@@ -11,6 +11,10 @@ For every patch not yet upstreamed (Upstream-Status not ``Accepted [...]``), in 
    <fork>``, pushes every branch at once when all passed;
 4. record.py: ``--record NNNN URL`` sets that patch's header to ``Submitted [URL]``.
 
+A patch whose change an open upstream PR already makes carries ``Pending [data for URL]``
+(``--data-for NNNN URL``): no branch, but comment.py writes that PR's comment with the
+patch's data (from ``docs/upstream/<PR number>-comment.md``) and its ``gh pr comment``.
+
 command.py holds the command line and the run over the series.
 """
 

@@ -3,7 +3,7 @@
 from vseries import git, patchfile, series
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
-from vseries.prs import publish
+from vseries.prs import comment, publish
 from vseries.prs.branches import PR, make_branch, number
 from vseries.prs.checks import check
 from vseries.prs.record import record
@@ -17,8 +17,10 @@ def prs(
     hooks: bool = True,
     tests: bool = True,
     ws: Workspace | None = None,
-) -> list[PR]:
+) -> list[PR | comment.Comment]:
     """Make, check and describe a PR branch per patch not upstreamed; optionally push them.
+    A patch that is data for an open upstream PR (``Pending [data for URL]``) gets that
+    PR's comment instead (comment.py): no branch, nothing pushed.
 
     Args:
         base: an upstream ref that resolves in vllm/ (default: the pin's commit).
@@ -27,7 +29,7 @@ def prs(
         hooks, tests: run the pre-commit hooks / the patch's tests (on by default).
         ws: the workspace (default: the current one).
 
-    Returns the PRs, with their problems (empty when ready).
+    Returns the PRs and comments in series order, with their problems (empty when ready).
 
     Raises:
         SeriesError: vllm/ missing; base not resolving; --push without a reachable remote,
@@ -52,10 +54,15 @@ def prs(
     remote_refs = publish.ls_remote(vdir, remote) if do_push else {}
     entries = series.load(ws)
     todo = []
+    comments = []
     for i, e in enumerate(entries):
         info = patchfile.info(e.path)
         if info.status.startswith("Accepted"):
             print(f"prs: {e.name}: upstream already ({info.status}); no PR")
+            continue
+        data_for = comment.target(info.status)
+        if data_for:
+            comments.append((i, comment.Comment(e, number(e, i), info, *data_for)))
             continue
         todo.append((i, PR(e, number(e, i), info)))
     reports = {}
@@ -66,7 +73,9 @@ def prs(
             if pr.commit:
                 print(f"prs: {pr.number} {pr.branch}: checking ...", flush=True)
                 reports[pr.number] = check(wt, base_id, pr, hooks, tests, scratch)
-    publish.write(ws, todo, label, remote, reports)
+    publish.write(ws, todo, label, remote, reports, also={c.number for _, c in comments})
+    for _, c in comments:
+        comment.write(ws, c)
     if do_push:
         bad = [f"{pr.number} {pr.entry.name}" for _, pr in todo if not pr.ok]
         if bad:
@@ -78,12 +87,16 @@ def prs(
             )
         publish.push(vdir, remote, [pr for _, pr in todo], remote_refs)
         print(f"prs: pushed {len(todo)} branches to {remote}")
-    return [pr for _, pr in todo]
+    done: list[tuple[int, PR | comment.Comment]] = [*todo, *comments]
+    return [x for _, x in sorted(done, key=lambda t: t[0])]
 
 
 def main(args) -> int:
     if args.record:
         record(*args.record)
+        return 0
+    if args.data_for:
+        record(*args.data_for, data_for=True)
         return 0
     if args.remote and not args.push:
         print(
@@ -111,6 +124,14 @@ def add_parser(sub) -> None:
         nargs=2,
         metavar=("NNNN", "URL"),
         help="record a submitted PR: Upstream-Status: Submitted [URL]",
+    )
+    p.add_argument(
+        "--data-for",
+        nargs=2,
+        metavar=("NNNN", "URL"),
+        help="mark a patch as data for an open upstream PR (no PR of its own): "
+        "Upstream-Status: Pending [data for URL]; prs then writes that PR's comment from "
+        "docs/upstream/<PR number>-comment.md",
     )
     p.add_argument("--no-hooks", action="store_true", help="skip vLLM's pre-commit hooks")
     p.add_argument("--no-tests", action="store_true", help="skip the patch's tests")

@@ -84,6 +84,7 @@ def write(
     label: str,
     remote: str | None,
     reports: dict[str, str],
+    also: set[str] | frozenset[str] = frozenset(),
 ) -> None:
     """out/prs/<NNNN>/ for each PR; folders of patches no longer in the run are removed.
 
@@ -92,10 +93,11 @@ def write(
         label: the base as the body names it, e.g. "v0.21.0 (9da56fd18b95)".
         remote: the fork, for commands.sh (None: "fork").
         reports: the checks' full text by PR number (checks.txt).
+        also: numbers of the run's other folders (comments, comment.py): not removed here.
     """
     out = ws.root / "out" / "prs"
     out.mkdir(parents=True, exist_ok=True)
-    keep = {pr.number for _, pr in todo}
+    keep = {pr.number for _, pr in todo} | set(also)
     for d in out.iterdir():
         if d.is_dir() and re.fullmatch(r"\d{4}", d.name) and d.name not in keep:
             shutil.rmtree(d)

@@ -1,4 +1,5 @@
-"""``prs --record NNNN URL``: mark a patch as submitted upstream, in vllm/ and in patches/."""
+"""``prs --record NNNN URL``: mark a patch as submitted upstream, in vllm/ and in patches/;
+``prs --data-for NNNN URL``: mark it as data for an open upstream PR (comment.py)."""
 
 import re
 from pathlib import Path
@@ -7,11 +8,14 @@ from vseries import am, git, patchfile, refresh, series
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
 from vseries.prs.branches import number as prnumber
+from vseries.prs.comment import PR_URL
 from vseries.workspace import Workspace
 
 
-def record(number: str, url: str, ws: Workspace | None = None) -> Path:
-    """Set patch ``number``'s trailer to ``Upstream-Status: Submitted [url]``.
+def record(number: str, url: str, ws: Workspace | None = None, *, data_for: bool = False) -> Path:
+    """Set patch ``number``'s trailer to ``Upstream-Status: Submitted [url]``, or with
+    ``data_for`` to ``Upstream-Status: Pending [data for url]`` (an open PR that makes the
+    patch's change: the patch goes there as data, comment.py, not as a PR of its own).
 
     The way: rewrite the message of that commit on vllm/'s ``series`` branch with
     ``git interpret-trailers`` and replay it and the commits after it with ``git commit-tree``
@@ -21,14 +25,17 @@ def record(number: str, url: str, ws: Workspace | None = None) -> Path:
     refresh would bring it back. Trees do not change, so the working tree is not touched.
 
     Returns the patch file. Raises:
-        SeriesError: bad number or URL; the patch is Accepted already; vllm/ is not on the
-            series branch holding exactly the series (then: scripts/apply.sh).
+        SeriesError: bad number or URL (data_for: not a pull request's); the patch is
+            Accepted already; vllm/ is not on the series branch holding exactly the series
+            (then: scripts/apply.sh).
     """
-    if not re.fullmatch(r"https?://\S+", url):
+    flag = "--data-for" if data_for else "--record"
+    if not re.fullmatch(r"https?://\S+", url) or (data_for and not PR_URL.match(url)):
         raise SeriesError(
             f"{url!r} is not a PR URL",
-            "scripts/prs.sh --record 0001 https://github.com/vllm-project/vllm/pull/N",
+            f"scripts/prs.sh {flag} 0001 https://github.com/vllm-project/vllm/pull/N",
         )
+    wanted_status = f"Pending [data for {url}]" if data_for else f"Submitted [{url}]"
     ws = ws or Workspace.current()
     wanted = f"{int(number):04d}" if number.isdigit() else number
     entries = series.load(ws)
@@ -71,7 +78,7 @@ def record(number: str, url: str, ws: Workspace | None = None) -> Path:
                     "--where",
                     "after",
                     "--trailer",
-                    f"Upstream-Status: Submitted [{url}]",
+                    f"Upstream-Status: {wanted_status}",
                     input=msg,
                 )
                 + "\n"
@@ -100,14 +107,14 @@ def record(number: str, url: str, ws: Workspace | None = None) -> Path:
         vdir,
         "update-ref",
         "-m",
-        f"vseries prs --record {wanted}",
+        f"vseries prs {flag} {wanted}",
         f"refs/heads/{am.BRANCH}",
         parent,
         old_tip,
     )
     refresh.refresh(ws=ws)
     status = patchfile.info(entry.path).status
-    if status != f"Submitted [{url}]":
+    if status != wanted_status:
         raise SeriesError(f"{entry.name} says Upstream-Status: {status} after the refresh")
     print(f"prs: {entry.name}: Upstream-Status: {status}")
     return entry.path
