@@ -73,6 +73,14 @@ def test_nothing_reads_as_a_work_diary(doc):
     assert not hits, f"{doc} reads as a work diary (say what is, not who did what when): {hits}"
 
 
+def test_contributing_names_no_staging_of_the_project_s_own_host():
+    """A contributor with a GPU of their own needs no staging folder, transfer or lent host:
+    those live in benchmarks/h200/README.md."""
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    named = re.findall(r"/root/|\.gpu/|\bcarry(?::| list)|device run|\blent\b", text)
+    assert not named, f"CONTRIBUTING.md names the project's own GPU staging: {named}"
+
+
 def test_changelog_has_both_lines_newest_first():
     text = (ROOT / "CHANGELOG.md").read_text()
     heads = re.findall(r"^## .*$", text, re.M)
