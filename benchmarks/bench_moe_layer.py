@@ -100,8 +100,12 @@ class Variant:
     """One experts class to time: how to build its kernel, the weights it reads (the
     oracle's conversion), the context its calls run in, and its one-time tuning."""
 
-    def __init__(self, name, cls, backend="TRITON", w1_of=None, context=None, tune=None):
+    def __init__(self, name, cls, backend="TRITON", w1_of=None, context=None, tune=None,
+                 scalar_scales=False):  # fmt: skip
         self.name, self.cls, self.backend = name, cls, backend
+        # FlashInfer takes a static activation scale as a 0-D tensor, as vLLM's layer holds
+        # it after loading (w13_input_scale.max()); the Triton classes take either
+        self.scalar_scales = scalar_scales
         self.w1_of = w1_of or (lambda w1: w1)
         self.context = context or contextlib.nullcontext
         self.tune = tune
@@ -125,7 +129,9 @@ def flashinfer_variant(cfg) -> Variant | None:
             call(*rts[0])
         torch.cuda.synchronize()
 
-    return Variant("flashinfer", cls, "FLASHINFER_CUTLASS", fu.swap_w13_to_w31, tune=tune)
+    return Variant(
+        "flashinfer", cls, "FLASHINFER_CUTLASS", fu.swap_w13_to_w31, tune=tune, scalar_scales=True
+    )
 
 
 def variants_for(cfg, static: bool, args) -> dict[str, Variant]:
@@ -152,6 +158,8 @@ def run_variant(v: Variant, shape, scale, layer, a, bw, rows):
     static = scale == "static"
     a1 = torch.tensor([0.02], device="cuda") if static else None
     a2 = torch.tensor([0.01], device="cuda") if static else None
+    if static and v.scalar_scales:
+        a1, a2 = a1.reshape(()), a2.reshape(())
     cfg = moe_layer.fused_moe_config(e, topk, h, i, max(a.batches))
     try:
         kernel = build(v.cls, cfg, s1, s2, a1, a2, v.backend)

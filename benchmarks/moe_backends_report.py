@@ -102,6 +102,7 @@ def main() -> int:
     ap.add_argument("--series", nargs="+", required=True)
     ap.add_argument("--out", required=True, help="path without suffix: .md and .png are written")
     ap.add_argument("--command", default="", help="the H200 command that made the runs")
+    ap.add_argument("--notes", type=Path, help="a Markdown file: what the table shows, after it")
     a = ap.parse_args()
     base, series = load(a.base), load(a.series)
     head, _ = results.load(sorted(a.series)[0])
@@ -119,7 +120,8 @@ def main() -> int:
         "the batch buckets up to 64 before timing, as vLLM's start-up does), TRITON for dynamic "
         "scales (FLASHINFER_CUTLASS takes no dynamic per-tensor layer).\n\n"
         f"{text}\n\n![plot]({Path(a.out).name}.png)\n\n"
-        f"Made by: `{a.command or 'see benchmarks/results/README.md'}`; table: "
+        + (a.notes.read_text().strip() + "\n\n" if a.notes else "")
+        + f"Made by: `{a.command or 'see benchmarks/results/README.md'}`; table: "
         f"`python benchmarks/moe_backends_report.py --base {' '.join(a.base)} --series "
         f"{' '.join(a.series)} --out {a.out}`\n"
     )

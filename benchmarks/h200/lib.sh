@@ -12,7 +12,7 @@ tree_dir() { echo "$TREE_ROOT/vllm-$1"; }
 # tree_path NAME: PYTHONPATH of a step in tree NAME: the staged wheels, the tree, then the
 # workspace (last: its own vllm/ folder must not shadow the tree's package; the workspace
 # gives vseries and benchmarks, which the staged trees, holding only vllm/ and tests/, lack)
-tree_path() { echo "$SITE:$(tree_dir "$1"):$ws"; }
+tree_path() { echo "$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages:$(tree_dir "$1"):$ws"; }
 gpu_line() { nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv; }
 left() {
   local d=${deadline:?set deadline (in $SECONDS) before run_at}

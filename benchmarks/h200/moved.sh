@@ -173,16 +173,14 @@ PY
       install_wheel
       # shellcheck source=benchmarks/h200/served.sh
       . benchmarks/h200/served.sh
-      for w in ${WAVES:-1 2 3 4}; do
+      for w in ${WAVES:-1 2 3}; do
         case $w in
-          1) served_wave 1 420 bd1:base:fp8dyn:trace sd1:series:fp8dyn:trace \
-            bs1:base:fp8static:trace ss1:series:fp8static:trace ;;
-          2) served_wave 2 300 bd2:base:fp8dyn sd2:series:fp8dyn bs2:base:fp8static \
-            ss2:series:fp8static bd3:base:fp8dyn sd3:series:fp8dyn ;;
-          3) served_wave 3 300 bs3:base:fp8static ss3:series:fp8static bd4:base:fp8dyn \
-            sd4:series:fp8dyn bs4:base:fp8static ss4:series:fp8static ;;
-          4) served_wave 4 300 bd5:base:fp8dyn sd5:series:fp8dyn bs5:base:fp8static \
-            ss5:series:fp8static ws1:wheel:fp8static ;;
+          1) served_wave 1 300 bd1:base:fp8dyn:trace sd1:series:fp8dyn:trace \
+            bs1:base:fp8static:trace ss1:series:fp8static:trace bd2:base:fp8dyn sd2:series:fp8dyn ;;
+          2) served_wave 2 240 bs2:base:fp8static ss2:series:fp8static bd3:base:fp8dyn \
+            sd3:series:fp8dyn bs3:base:fp8static ss3:series:fp8static ;;
+          3) served_wave 3 200 ws1:wheel:fp8static bd4:base:fp8dyn sd4:series:fp8dyn \
+            bs4:base:fp8static ss4:series:fp8static ;;
         esac
       done
       run_ws series 60 python3 -P -m benchmarks.served.report "$R"/served/*.json \

@@ -4,7 +4,8 @@
 # moved.sh (its `served` phase) after lib.sh; reads R (results), SITE, ws, deadline.
 #   served_wave NAME LIMIT SPEC...   SPEC = name:tree:flavour[:trace]
 # tree: base or series (the staged trees), wheel (the patched release wheel in /root/wsite).
-# Each process: $R/served/<name>.json (its record) and <name>.log (its stderr).
+# Each process: $R/served/<name>.json (its record) and <name>.log (its output: vLLM logs to
+# stdout; the engine reads the backend lines from there).
 # shellcheck shell=bash
 # shellcheck source=benchmarks/h200/lib.sh
 . benchmarks/h200/lib.sh
@@ -15,7 +16,7 @@ served_wave() {
   shift 2
   t=$(left)
   [ "$t" -lt "$limit" ] && limit=$t
-  if [ "$limit" -le 60 ]; then
+  if [ "$limit" -lt 150 ]; then
     echo "!!! wave $wave skipped (budget)"
     return 1
   fi
@@ -24,14 +25,14 @@ served_wave() {
   echo "=== wave $wave: $n engines, ${limit}s, at ${SECONDS}s: $*"
   for spec in "$@"; do
     IFS=: read -r name tree flavour trace <<<"$spec"
-    if [ "$tree" = wheel ]; then path="/root/wsite:$SITE:$ws"; else path=$(tree_path "$tree"); fi
+    if [ "$tree" = wheel ]; then path="/root/wsite:$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages:$ws"; else path=$(tree_path "$tree"); fi
     # the engine reads its own stderr file at the end (--log: the backend lines)
     # shellcheck disable=SC2094
     (cd "$ws" && env "${served_env[@]}" PYTHONPATH="$path" timeout "$limit" python3 -P -m \
       benchmarks.served.engine --name "$name" --tree "$tree" --flavour "$flavour" \
       --turns "$dir" --index "$i" --count "$n" ${trace:+--trace} \
       --wait-s $((limit - 60)) --log "$R/served/$name.log" --out "$R/served/$name.json" \
-      >"$R/served/$name.out" 2>"$R/served/$name.log") &
+      >"$R/served/$name.log" 2>&1) &
     pids+=($!)
     i=$((i + 1))
   done
@@ -51,10 +52,10 @@ served_wave() {
       fi
     done
   done
-  wait
+  wait "${pids[@]}"
   for spec in "$@"; do
     name=${spec%%:*}
-    tail -n 2 "$R/served/$name.out" 2>/dev/null | cut -c1-300
+    grep -h "^{" "$R/served/$name.log" 2>/dev/null | tail -n 1 | cut -c1-300
     grep -h "Error\|error:" "$R/served/$name.log" 2>/dev/null | tail -n 3 | cut -c1-300
   done
   echo "=== wave $wave done at ${SECONDS}s"

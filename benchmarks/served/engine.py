@@ -86,7 +86,7 @@ BACKEND = re.compile(r"Using (\w+) Fp8 MoE backend")
 def log_lines(text: str, limit: int = 20) -> list[str]:
     """The log lines that say which MoE backend and experts class the oracle chose, whether
     FlashInfer autotuned, which attention backend ran, and Triton compiles while serving."""
-    keep = [ln.strip()[-300:] for ln in text.splitlines() if any(k in ln for k in LOGGED)]
+    keep = [ln.strip()[:400] for ln in text.splitlines() if any(k in ln for k in LOGGED)]
     return keep[:limit]
 
 
@@ -205,7 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wait-s", type=float, default=400.0, help="wait for the wave this long")
     ap.add_argument("--trace", action="store_true", help="also trace decode steps")
     ap.add_argument("--trace-tokens", type=int, default=48)
-    ap.add_argument("--log", type=Path, help="this process's stderr file: its backend lines")
+    ap.add_argument(
+        "--log",
+        type=Path,
+        help="this process's output file (vLLM logs to stdout): its backend lines",
+    )
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     try:

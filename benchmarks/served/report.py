@@ -59,7 +59,8 @@ def process_rows(recs: list[dict], batches: list[str]) -> list[list[str]]:
         if "error" in r:
             rows.append([r["name"], "-", "-", "failed: " + r["error"][:120]] + [""] * len(batches))
             continue
-        cells = [r["name"], r["tree"], r.get("backend", r["moe_backend"]), str(r["startup_s"])]
+        backend = r.get("backend") or r["moe_backend"]
+        cells = [r["name"], r["tree"], backend, str(r["startup_s"])]
         for b in batches:
             xs = [x for x in r["tpot_ms"].get(b, []) if x is not None]
             cells.append(f"{med(xs):.3f} ({min(xs):.3f}-{max(xs):.3f})" if xs else "-")
@@ -123,6 +124,27 @@ def summary(recs: list[dict], batches: list[str], layer: dict) -> list[list[str]
     return rows
 
 
+def trace_rows(recs: list[dict]) -> list[list[str]]:
+    """One row per traced (process, batch): the decode step on the GPU timeline (under the
+    profiler, whose own CPU cost lengthens the period), busy and idle, kernels per step,
+    the MoE experts' launches, and the three longest kernels per step."""
+    rows = []
+    for r in recs:
+        for b, t in sorted(r.get("trace", {}).items(), key=lambda kv: int(kv[0])):
+            if not t.get("steps"):
+                continue
+            longest = ", ".join(
+                f"{n[:48]} {us:.0f}" for n, us in list(t["longest_kernels_us"].items())[:3]
+            )
+            launches = ", ".join(f"{n} {c:g}" for n, c in t["launches_per_step"].items())
+            rows.append(
+                [r["name"], r["tree"], r.get("backend") or r["moe_backend"], b, str(t["steps"]),
+                 f"{t['period_us']:.0f}", f"{t['busy_us']:.0f}", f"{t['idle_us']:.0f}",
+                 f"{t['kernels_per_step']:g}", launches or "-", longest]
+            )  # fmt: skip
+    return rows
+
+
 def build(paths: list[Path], layer_paths: list[Path], shape: str) -> tuple[str, list[dict]]:
     recs = [json.loads(p.read_text()) for p in paths]
     batches = sorted({b for r in recs for b in r.get("tpot_ms", {})}, key=int)
@@ -143,8 +165,15 @@ def build(paths: list[Path], layer_paths: list[Path], shape: str) -> tuple[str, 
          "series processes faster than every base process"],
         summary(recs, batches, layer_us(layer_rows, shape)),
     )  # fmt: skip
+    tr = trace_rows(recs)
+    table3 = results.markdown_table(
+        ["process", "tree", "MoE backend", "batch", "steps", "step us (profiled)",
+         "GPU busy us", "GPU idle us", "kernels", "MoE experts' launches per step",
+         "longest kernels, us per step"],
+        tr,
+    )  # fmt: skip
     slim = [{k: v for k, v in r.items() if k != "tokens"} for r in recs]
-    return table1 + "\n" + table2, slim
+    return table1 + "\n\n" + table2 + ("\n\n" + table3 if tr else ""), slim
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,11 +29,16 @@ from collections import defaultdict
 from pathlib import Path
 
 MOE_KERNELS = re.compile(
-    r"moe|topk|top_k|expandInputRows|finalizeMoeRouting|computeStridesTma|"
-    r"MoeGemm|grouped_gemm|act_and_mul|silu_and_mul|moe_sum",
+    r"moe|topk|top_k|expandInputRows|finalizeMoeRouting|computeStridesTma|fusedBuildExpertMaps|"
+    r"doActivationKernel|GroupProblemShape|MoeGemm|grouped_gemm|act_and_mul|silu_and_mul|"
+    r"moe_sum|masked_amax",
     re.I,
 )
-COUNTED = re.compile(r"_moe_decode_w13_kernel|_moe_decode_w2_kernel|fused_moe_kernel|MoeGemm")
+# the experts' GEMM kernels: Triton's, the series' decode kernels, FlashInfer's CUTLASS grouped
+# GEMM (a mangled name holding GroupProblemShape)
+COUNTED = re.compile(
+    r"_moe_decode_w13_kernel|_moe_decode_w2_kernel|fused_moe_kernel|MoeGemm|GroupProblemShape"
+)
 
 
 def load(path: Path) -> dict:
