@@ -44,8 +44,9 @@ def _port(ws: Workspace, st, port: Path) -> None:
     place as every verb commits (``git am -3 -k``, fixed committer).
 
     Raises:
-        SeriesError: FILE is missing or not a patch, or it does not apply there (vllm/ is back
-            at the last decision, the rebase still stopped).
+        SeriesError: FILE is missing or not a patch, or it does not apply there, or names
+            files the new release does not have (vllm/ is back at the last decision, the
+            rebase still stopped).
     """
     port = port.resolve()
     if not port.is_file():
@@ -58,6 +59,15 @@ def _port(ws: Workspace, st, port: Path) -> None:
         git.run(vdir, "am", "--abort", check=False)
     git.run(vdir, "checkout", "-q", "-f", "--detach", st.head)
     out = am.am(vdir, port)
+    wrong = "" if git.in_progress(vdir) else am.elsewhere(vdir, port)[0]
+    if wrong:  # a port is written against the new release: it names that release's files
+        git.run(vdir, "checkout", "-q", "-f", "--detach", st.head)
+        raise SeriesError(
+            f"the port {port.name} names files that {st.new.tag} does not have (vllm/ is back "
+            f"at the last decision; the rebase is still stopped):\n{wrong}",
+            f"fix the port's diff --git, ---, +++ paths, then scripts/rebase.sh --continue "
+            f"--port {port}   # or fix vllm/ by hand and --continue",
+        )
     if git.in_progress(vdir):
         why = am.explain(vdir, port, out)
         git.run(vdir, "am", "--abort", check=False)

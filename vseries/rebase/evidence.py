@@ -84,6 +84,26 @@ def same_patch_id(vdir: Path, patch_text: str, old_base: str, new_base: str) -> 
     return bool(diff) and mine is not None and git.patch_id(vdir, diff + "\n") == mine
 
 
+def renamed_upstream(
+    vdir: Path, old_base: str, new_base: str, old_path: str, new_path: str
+) -> bool:
+    """True when upstream's own diff between the releases renames ``old_path`` to
+    ``new_path`` (``git diff -M``, limited to the two paths)."""
+    out = git.run(
+        vdir,
+        "diff",
+        "-M",
+        "--name-status",
+        "--diff-filter=R",
+        old_base,
+        new_base,
+        "--",
+        old_path,
+        new_path,
+    )
+    return any(ln.split("\t")[1:] == [old_path, new_path] for ln in out.splitlines())
+
+
 def upstream_made(vdir: Path, old_base: str, new_base: str, paths: list[str]) -> set[str]:
     """The lines upstream added to ``paths`` between the two releases (renames followed)."""
     diff = git.run(vdir, "diff", "-M", old_base, new_base, "--", *paths)
