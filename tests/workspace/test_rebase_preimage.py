@@ -8,10 +8,8 @@ must not carry such a change into another file either, nor call it "renamed upst
 upstream's own diff between the releases shows no such rename.
 """
 
-import dataclasses
-
 import pytest
-from conftest import git, make_patch
+from conftest import git, make_patch, pin_with
 from test_rebase import FULL, A, cli, publish, report_of, rows_of, snapshot
 from test_rebase_content import offline
 
@@ -20,18 +18,6 @@ from vseries import pin as pinmod
 from vseries.errors import SeriesError
 
 __all__ = ["offline"]  # the fixture, used by name
-
-
-def pin_with(ws, files: dict[str, str]) -> None:
-    """Add ``files`` to the tiny workspace's release commit (the pin moves with it)."""
-    vdir = ws / "vllm"
-    for name, text in files.items():
-        (vdir / name).write_text(text)
-    git(vdir, "add", "-A")
-    git(vdir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--amend", "-m", "r")
-    commit = git(vdir, "rev-parse", "HEAD")
-    git(vdir, "checkout", "-q", "--detach")
-    pinmod.dump(dataclasses.replace(pinmod.load(), commit=commit), ws / "upstream.toml")
 
 
 def ghost_patch(ws, name: str = "ghost.py") -> str:

@@ -20,7 +20,6 @@ from vseries.rebase.decide import DROP, STOP, UPSTREAMED, Decision, decide
 from vseries.rebase.evidence import Evidence
 from vseries.rebase.state import (
     CONFLICT,
-    NEXT,
     REFS,
     REPLAYING,
     TWICE,
@@ -28,6 +27,7 @@ from vseries.rebase.state import (
     Row,
     State,
     Store,
+    next_step,
 )
 from vseries.workspace import Workspace
 
@@ -76,7 +76,8 @@ def start(
     st = store.load()
     if st is not None:
         raise SeriesError(
-            f"a rebase onto {st.target} is already in progress (state in {store.file})", NEXT
+            f"a rebase onto {st.target} is already in progress (state in {store.file})",
+            next_step(st.status),
         )
     pin = pinmod.load(ws.pin_file)
     entries = series.load(ws)
@@ -276,7 +277,8 @@ def carried(
         ev.taken = diffs.part_of_the_way(text, replayed, made)
         if ev.verdict and ev.verdict[0] == "fail":
             ev.kept = contracts.kept(row.options)
-        ev.repeated = evidence.repeated(vdir, text, replayed, row.old, row.new)
+        bases = (st.old.commit, st.new.base)
+        ev.repeated = evidence.repeated(vdir, text, replayed, row.old, row.new, bases)
     d = decide(ev)
     d.evidence = [*prefix, *d.evidence]
     if d.action == DROP:
@@ -314,6 +316,31 @@ def stop(st: State, store: Store, row: Row, d: Decision, status: str) -> None:
         "changes are folded into the commit) and --continue, --continue as it is (keeps "
         "both), --skip (drop the patch) or --abort",
     )
+
+
+def fold(vdir: Path, st: State) -> bool:
+    """Make the commits above the last decision (``st.head..HEAD``) one commit, with the
+    message, author and dates of the first (the patch's, as am made it): a fix committed on
+    top of a stopped commit instead of amending it. The rest of the rebase, and refresh,
+    count one commit per carried patch.
+
+    Returns:
+        True when it folded two or more commits (one is left alone; HEAD is left at the last
+        decision when together they change nothing).
+    """
+    if not git.ok(vdir, "merge-base", "--is-ancestor", st.head, "HEAD"):
+        return False
+    made = git.run(vdir, "rev-list", "--reverse", f"{st.head}..HEAD").split()
+    if len(made) < 2:
+        return False
+    git.run(vdir, "reset", "-q", "--soft", st.head)
+    if git.ok(vdir, "diff", "--cached", "--quiet", st.head):
+        return True  # together they change nothing: HEAD at the last decision
+    date = git.run(vdir, "log", "-1", "--format=%ad", "--date=raw", made[0])
+    env = {**am.AM_ENV, "GIT_COMMITTER_DATE": date}
+    git.run(vdir, "commit", "-q", "--no-verify", "-C", made[0], env=env)
+    print(f"rebase: the {len(made)} commits above the last decision were folded into one")
+    return True
 
 
 def files_left_behind(vdir: Path, text: str) -> list[str]:
