@@ -45,13 +45,7 @@ def line_workspace(tag: str | None) -> Workspace:
     main = ws.main
     if tag == pinmod.load(main.pin_file).tag:
         return main
-    kept = [w.line for w in main.lines()]
-    if tag not in kept:
-        raise SeriesError(
-            f"no kept line {tag[:80]!r} (lines/ holds {kept or 'none'})",
-            "scripts/wheel.sh --line <one of them>, or scripts/wheel.sh for the main line",
-        )
-    return Workspace(main.root, tag)
+    return main.kept(tag, "scripts/wheel.sh")
 
 
 def series_version(release: str, n: int) -> str:
