@@ -95,6 +95,19 @@ def outside(path: Path, folder: Path) -> bool:
     return not path.resolve().is_relative_to(folder.resolve())
 
 
+def contract_problem(ws: Workspace, value: str) -> str | None:
+    """What is wrong with a contract path of ``ws`` (a series option, or a record of
+    patches/upstreamed.toml), or None: it must name a .py file under tests/, also once
+    symbolic links are followed."""
+    problem = option_problem("contract", value)
+    if not problem and outside(ws.root / value, ws.root / "tests"):
+        problem = (
+            f"contract={shown(value)} is not a test file under tests/ of the workspace: "
+            f"a symbolic link leads it to {shown(str((ws.root / value).resolve()))}"
+        )
+    return problem
+
+
 def read(path: Path | None = None, ws: Workspace | None = None) -> tuple[list[str], list[Entry]]:
     """Parse a series file (default: the workspace's) into (header comment lines, entries).
 
@@ -146,12 +159,7 @@ def read(path: Path | None = None, ws: Workspace | None = None) -> tuple[list[st
             k, sep, v = o.partition("=")
             if not sep or not k or not v:
                 raise SeriesError(f"{where}:{n}: option {shown(o)} is not key=value", fix)
-            problem = option_problem(k, v)
-            if not problem and k == "contract" and outside(ws.root / v, ws.root / "tests"):
-                problem = (
-                    f"contract={shown(v)} is not a test file under tests/ of the workspace: "
-                    f"a symbolic link leads it to {shown(str((ws.root / v).resolve()))}"
-                )
+            problem = contract_problem(ws, v) if k == "contract" else option_problem(k, v)
             if problem:
                 raise SeriesError(f"{where}:{n}: {problem}", fix)
             options[k] = v

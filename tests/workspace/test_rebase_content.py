@@ -430,3 +430,22 @@ def test_a_decorator_on_every_test_is_no_repeat(offline, index):
     publish(index, "0.99.0", {"a.py": A, "b.py": "x = 1\n", "test_x.py": tests("theirs", "one")})
     assert cli("v0.99.0", "--commit", FULL) == 0
     assert list(rows_of(report_of(offline)).values()) == ["carried clean"]
+
+
+def test_a_line_the_patch_adds_in_two_hunks_is_counted_where_it_went():
+    """Sibling of item 1 (counts the rebase reports): the patch adds the same line in two
+    hunks and upstream already has one of them; only that hunk is "already upstream", with
+    its one line (both hunks used to be reported, each "1 of 1 changed lines")."""
+    from vseries.rebase import diffs
+
+    def patch(*hunks: tuple[int, str]) -> str:
+        body = "".join(
+            f"@@ -{n},2 +{n},3 @@\n ctx {n}\n+{line}\n ctx {n + 1}\n" for n, line in hunks
+        )
+        return f"diff --git a/a.py b/a.py\n--- a/a.py\n+++ b/a.py\n{body}"
+
+    original = patch((10, "x = 1"), (30, "x = 1"), (50, "y = 2"))
+    replayed = patch((10, "x = 1"), (50, "y = 2"))
+    _, dropped, added = diffs.compare(original, replayed)
+    assert dropped == ["a.py: @@ -30,2 +30,3 @@ (1 of 1 changed lines already upstream)"]
+    assert added == []

@@ -298,3 +298,28 @@ def test_a_wrong_option_during_a_rebase_offers_what_works_from_there(offline, in
     assert r.returncode == 0, r.stdout + r.stderr
     assert pinmod.load().tag == "v0.99.0"
     assert list(rows_of(report_of(offline)).values()) == ["carried clean"]
+
+
+def test_a_run_killed_after_the_last_decision_says_where_it_resumes(
+    offline, index, monkeypatch, capsys
+):
+    """Sibling (counts the rebase says): killed after the last patch was decided, --continue
+    said "resuming at patch 2 of 1"; it says it resumes at the finish, and finishes."""
+    from vseries.rebase import finish
+
+    series_of(offline, (edit("a.py", "line 30\n", "thirty\n"), "[P] thirty"))
+    publish(index, "0.99.0", {"a.py": A, "b.py": "x = 1\n"})
+    real = finish.finish
+
+    def killed(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(finish, "finish", killed)
+    with pytest.raises(KeyboardInterrupt):
+        cli("v0.99.0", "--commit", FULL)
+    monkeypatch.setattr(finish, "finish", real)
+    capsys.readouterr()
+    assert cli("--continue") == 0
+    out = capsys.readouterr().out
+    assert "resuming at the finish (all 1 patches decided)" in out and "patch 2 of 1" not in out
+    assert pinmod.load().tag == "v0.99.0"

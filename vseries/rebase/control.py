@@ -154,7 +154,11 @@ def resume(ws: Workspace, port: Path | None = None, drop_repeats: bool = False) 
         if git.in_progress(vdir):
             git.run(vdir, "am", "--abort", check=False)
         git.run(vdir, "checkout", "-q", "-f", "--detach", st.head)
-        print(f"rebase: resuming at patch {st.next + 1} of {len(st.rows)}")
+        print(
+            f"rebase: resuming at patch {st.next + 1} of {len(st.rows)}"
+            if st.row is not None
+            else f"rebase: resuming at the finish (all {len(st.rows)} patches decided)"
+        )
     return engine.run(ws, st, store)
 
 

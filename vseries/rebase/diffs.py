@@ -59,13 +59,21 @@ def compare(original: str, replayed: str) -> tuple[list[str], list[str], list[st
                 f"({', '.join(f'{d:+d}' for d in sorted(set(shifts)))} lines)"
             )
     missing = _lines(old) - _lines(new)
+    whole = Counter(tuple(h.lines) for hs in new.values() for h in hs)
     dropped = []
     for p, hs in old.items():
         for h in hs:
-            if any(missing[ln] for ln in h.lines):
+            if whole[tuple(h.lines)]:  # the replay carries this hunk as it is
+                whole[tuple(h.lines)] -= 1
+                continue
+            gone = 0
+            for ln in h.lines:  # a line missing once is one hunk's, not every hunk's
+                if missing[ln]:
+                    missing[ln] -= 1
+                    gone += 1
+            if gone:
                 dropped.append(
-                    f"{p}: {h.header} ({sum(1 for ln in h.lines if missing[ln])} of "
-                    f"{len(h.lines)} changed lines already upstream)"
+                    f"{p}: {h.header} ({gone} of {len(h.lines)} changed lines already upstream)"
                 )
     added = sorted((_lines(new) - _lines(old)).elements())
     return moved, dropped, added
