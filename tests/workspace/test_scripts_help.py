@@ -112,3 +112,14 @@ def test_help_that_fails_on_a_recent_python_does_not_blame_its_version(fresh, tm
     )
     assert r.returncode == 0 and r.stdout.startswith("usage: scripts/apply.sh"), r.stdout
     assert "needs Python >= 3.11" not in r.stdout and "failed with Python 3." in r.stdout
+
+
+def test_the_front_s_help_is_written_for_its_user():
+    """``python -m vseries --help`` lists the verbs with a sentence for users, not the
+    module's docstring (it printed "``python -m vseries <verb>``: a thin front that
+    dispatches to one module per verb")."""
+    from vseries import cli
+
+    text = cli.parser().format_help()
+    assert "``" not in text and "dispatches to one module" not in text
+    assert "python -m vseries <verb> --help" in text
