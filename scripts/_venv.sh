@@ -21,8 +21,13 @@ for arg in "$@"; do
       if [ -n "$py" ] && VSERIES_PROG=$0 PYTHONDONTWRITEBYTECODE=1 "$py" -m vseries "$verb" --help; then
         exit 0
       fi
-      echo "usage: scripts/$verb.sh [options]   (the full --help needs Python >= 3.11;"
-      echo "       scripts/setup.sh makes the workspace's venv)"
+      echo "usage: scripts/$verb.sh [options]"
+      if [ -n "$py" ]; then # a Python was found, and its --help failed (said above)
+        echo "  (the full --help failed with $("$py" --version 2>&1); scripts/setup.sh makes"
+        echo "   the workspace's venv, whose python prints it)"
+      else
+        echo "  (the full --help needs Python >= 3.11; scripts/setup.sh makes the workspace's venv)"
+      fi
       exit 0
       ;;
   esac

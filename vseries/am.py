@@ -20,20 +20,22 @@ BRANCH = "series"
 AM_ENV = {"GIT_COMMITTER_NAME": "vseries", "GIT_COMMITTER_EMAIL": "vseries@invalid"}
 
 
-def am(vdir: Path, patch: Path | list[Path], *config: str) -> str:
+def am(vdir: Path, patch: Path | list[Path], *config: str, three_way: bool = True) -> str:
     """``git am -3 -k`` one patch (or several, in one session) onto HEAD of vdir; returns
     git's output and never raises: the caller looks at ``git.in_progress`` to see whether it
     stopped.
 
     Args:
         config: extra ``-c key=value`` pairs, e.g. ("-c", "merge.conflictStyle=diff3").
+        three_way: False: no 3-way merge (a missing file stops am where the patch names it,
+            instead of the merge finding the change another file).
     """
     patches = patch if isinstance(patch, list) else [patch]
     return git.run(
         vdir,
         *config,
         "am",
-        "-3",
+        "-3" if three_way else "--no-3way",
         "-k",
         "--committer-date-is-author-date",
         *map(str, patches),
@@ -84,6 +86,15 @@ def elsewhere(vdir: Path, patch: Path) -> tuple[str, bool]:
         f"{', '.join(other)} (its 3-way merge found the change there)",
         renamed,
     )
+
+
+def misplaced(vdir: Path, patch: Path) -> str:
+    """``elsewhere``'s sentence when the commit ``am`` just made on vdir's HEAD changed files
+    the patch does not name and a path it names was never in HEAD's history (the 3-way merge
+    followed the patch's pre-image blob into another file: not a rename); else "".
+    apply refuses such a patch, and so do the verbs that replay one (rebase, prs)."""
+    wrong, renamed = elsewhere(vdir, patch)
+    return wrong if wrong and not renamed else ""
 
 
 def wanted_ids(vdir: Path, entries: list[Entry]) -> list[str]:

@@ -202,7 +202,10 @@ def apply(
 
 
 def main(args) -> int:
-    apply(force=args.force, keep_conflict=args.keep_conflict)
+    ws = Workspace.current()
+    ws = ws.kept(args.line, "scripts/apply.sh") if args.line else ws
+    with ws.hints():
+        apply(force=args.force, keep_conflict=args.keep_conflict, ws=ws)
     return 0
 
 
@@ -224,5 +227,11 @@ def add_parser(sub) -> None:
         "--keep-conflict",
         action="store_true",
         help="leave a failing git am open for a manual fix instead of rolling back",
+    )
+    p.add_argument(
+        "--line",
+        metavar="TAG",
+        help="a kept line (lines/TAG/) instead of the main line: its tree "
+        ".vseries/lines/TAG/vllm and its patches lines/TAG/patches",
     )
     p.set_defaults(func=main)

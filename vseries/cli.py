@@ -27,7 +27,11 @@ class Parser(argparse.ArgumentParser):
 
 def parser(prog: str | None = None, verb: str | None = None) -> argparse.ArgumentParser:
     """The command line; ``prog`` (a script's path) names ``verb``'s sub-command."""
-    ap = Parser(prog="python -m vseries", description=__doc__.split("\n\n")[0])
+    ap = Parser(
+        prog="python -m vseries",
+        description="The workspace's verbs, one sub-command each (scripts/<verb>.sh runs "
+        "the same); python -m vseries <verb> --help says what a verb does.",
+    )
     sub = ap.add_subparsers(dest="verb", required=True)
     for mod in VERBS:
         mod.add_parser(sub)

@@ -6,6 +6,9 @@ checked against the pin's sha256, and only then renamed into place. A cached fil
 again on every use; a corrupt one is deleted and fetched once more. Processes sharing a cache
 (two checkouts testing at once) take turns: an exclusive ``flock`` on the cache folder is held
 around each fetch, so one downloads while the other waits and then finds the verified file.
+
+requests, tqdm and packaging are imported where they are used: the command line (every
+verb's --help) needs nothing beyond the standard library.
 """
 
 import fcntl
@@ -13,14 +16,14 @@ import hashlib
 import os
 import re
 from pathlib import Path
-
-import requests
-from packaging.utils import parse_wheel_filename
-from tqdm import tqdm
+from typing import TYPE_CHECKING
 
 from vseries.errors import SeriesError
 from vseries.pin import Artefact
 from vseries.workspace import cache_dir
+
+if TYPE_CHECKING:
+    import requests
 
 INDEX = os.environ.get("VSERIES_INDEX_URL", "https://pypi.org/simple")
 TIMEOUT_S = 30  # connect/read timeout per request; a dead network fails in seconds, not hours
@@ -36,7 +39,7 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def index_files(project: str, session: requests.Session | None = None) -> list[dict]:
+def index_files(project: str, session: "requests.Session | None" = None) -> list[dict]:
     """The ``files`` of ``project``'s page in the simple index (PEP 691 JSON): dicts with
     "filename", "url" and "hashes" {"sha256": hex}.
 
@@ -44,6 +47,8 @@ def index_files(project: str, session: requests.Session | None = None) -> list[d
         requests.RequestException, ValueError: the index is unreachable or answers no JSON
             (callers say what they were looking for).
     """
+    import requests
+
     r = (session or requests).get(
         f"{INDEX}/{project}/",
         timeout=TIMEOUT_S,
@@ -53,12 +58,14 @@ def index_files(project: str, session: requests.Session | None = None) -> list[d
     return r.json().get("files", [])
 
 
-def url_for(project: str, filename: str, session: requests.Session) -> str:
+def url_for(project: str, filename: str, session: "requests.Session") -> str:
     """The download URL of ``filename`` in ``project``'s simple-index page.
 
     Raises:
         SeriesError: the index is unreachable, or lists no such file (e.g. an unknown tag).
     """
+    import requests
+
     try:
         files = index_files(project, session)
     except (requests.RequestException, ValueError) as e:
@@ -76,7 +83,9 @@ def url_for(project: str, filename: str, session: requests.Session) -> str:
     )
 
 
-def _download(url: str, part: Path, session: requests.Session, name: str) -> None:
+def _download(url: str, part: Path, session: "requests.Session", name: str) -> None:
+    from tqdm import tqdm
+
     have = part.stat().st_size if part.exists() else 0
     headers = {"Range": f"bytes={have}-"} if have else {}
     with session.get(url, stream=True, timeout=TIMEOUT_S, headers=headers) as r:
@@ -138,6 +147,8 @@ def _fetch_locked(project: str, art: Artefact, cache: Path) -> Path:
             return dest
         print(f"fetch: cached {dest} does not match its sha256; fetching it again")
         dest.unlink()
+    import requests
+
     part = dest.with_name(dest.name + ".part")
     session = requests.Session()
     url = url_for(project, art.filename, session)
@@ -175,6 +186,9 @@ def release_files(project: str, version: str) -> tuple[Artefact, Artefact | None
     Raises:
         SeriesError: the index is unreachable or lists no source release of that version.
     """
+    import requests
+    from packaging.utils import parse_wheel_filename
+
     try:
         files = index_files(project)
     except (requests.RequestException, ValueError) as e:
@@ -208,6 +222,8 @@ def release_files(project: str, version: str) -> tuple[Artefact, Artefact | None
 def triton_of(torch_version: str) -> str | None:
     """The Triton version a torch release requires on Linux x86_64 (from the core metadata
     of its wheel on the index), or None when that cannot be read."""
+    import requests
+
     try:
         f = next(
             f

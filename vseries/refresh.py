@@ -163,7 +163,10 @@ def _would_drop(ws: Workspace, gone: list[series.Entry]) -> SeriesError:
 
 
 def main(args) -> int:
-    refresh(prune=args.prune)
+    ws = Workspace.current()
+    ws = ws.kept(args.line, "scripts/refresh.sh") if args.line else ws
+    with ws.hints():
+        refresh(prune=args.prune, ws=ws)
     return 0
 
 
@@ -179,5 +182,11 @@ def add_parser(sub) -> None:
         "--prune",
         action="store_true",
         help="drop series entries that have no commit on vllm/'s HEAD (refused without it)",
+    )
+    p.add_argument(
+        "--line",
+        metavar="TAG",
+        help="a kept line (lines/TAG/) instead of the main line: its tree "
+        ".vseries/lines/TAG/vllm and its patches lines/TAG/patches",
     )
     p.set_defaults(func=main)

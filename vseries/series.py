@@ -5,7 +5,9 @@ optionally followed by ``key=value`` options; ``#`` starts a comment. Known opti
 ``contract=<path>``, the workspace contract test of that patch (tests/contract/...), and
 ``bench=`` for the PR tool (see vseries.prs.results). ``read`` is the one place the file is
 checked (apply, refresh, rebase, prs and the series lint all read it through here): known
-options only, names and values of sane length, contract paths inside the workspace's tests/.
+options only, names and values of sane length, contract paths that name a Python file inside
+the workspace's tests/ (also once symbolic links are followed); ``load`` also refuses a patch
+file that is a symbolic link out of patches/ (refresh would write through it).
 """
 
 import difflib
@@ -72,12 +74,38 @@ def option_problem(key: str, value: str) -> str | None:
         return f"{key}= value {shown(value)} is longer than {MOST_VALUE} characters"
     if key == "contract":
         p = PurePosixPath(value)
-        if "\\" in value or p.is_absolute() or ".." in p.parts or p.parts[:1] != ("tests",):
+        if (
+            "\\" in value
+            or p.is_absolute()
+            or ".." in p.parts
+            or p.parts[:1] != ("tests",)
+            or p.suffix != ".py"
+        ):
             return (
                 f"contract={shown(value)} is not a test file under tests/ of the workspace "
-                "(a relative path, no '..', e.g. contract=tests/contract/test_x.py)"
+                "(a relative path to a .py file, no '..', e.g. "
+                "contract=tests/contract/test_x.py)"
             )
     return None
+
+
+def outside(path: Path, folder: Path) -> bool:
+    """True when ``path``, its symbolic links followed, is not inside ``folder`` (whose own
+    links are followed too: a workspace may link its tests/ folder in whole)."""
+    return not path.resolve().is_relative_to(folder.resolve())
+
+
+def contract_problem(ws: Workspace, value: str) -> str | None:
+    """What is wrong with a contract path of ``ws`` (a series option, or a record of
+    patches/upstreamed.toml), or None: it must name a .py file under tests/, also once
+    symbolic links are followed."""
+    problem = option_problem("contract", value)
+    if not problem and outside(ws.root / value, ws.root / "tests"):
+        problem = (
+            f"contract={shown(value)} is not a test file under tests/ of the workspace: "
+            f"a symbolic link leads it to {shown(str((ws.root / value).resolve()))}"
+        )
+    return problem
 
 
 def read(path: Path | None = None, ws: Workspace | None = None) -> tuple[list[str], list[Entry]]:
@@ -131,7 +159,7 @@ def read(path: Path | None = None, ws: Workspace | None = None) -> tuple[list[st
             k, sep, v = o.partition("=")
             if not sep or not k or not v:
                 raise SeriesError(f"{where}:{n}: option {shown(o)} is not key=value", fix)
-            problem = option_problem(k, v)
+            problem = contract_problem(ws, v) if k == "contract" else option_problem(k, v)
             if problem:
                 raise SeriesError(f"{where}:{n}: {problem}", fix)
             options[k] = v
@@ -181,6 +209,15 @@ def load(
             "git checkout -- patches/series   # the committed series; or delete the "
             "repeated lines by hand",
         )
+    for e in entries:
+        if e.path.is_symlink() and outside(e.path, ws.patches):
+            raise SeriesError(
+                f"patches/{e.name} is a symbolic link out of patches/ (to "
+                f"{shown(str(e.path.resolve()))}); verbs read and refresh writes the series' "
+                "files in patches/ only",
+                f"rm {ws.rel(e.path)} && scripts/refresh.sh   # exports it again from vllm/; or "
+                "copy the file in its place",
+            )
     unlisted = sorted(p.name for p in ws.patches.glob("*.patch") if p.name not in names)
     for e in entries:
         meant = not e.path.exists() and near_miss(e.name, unlisted)

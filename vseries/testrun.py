@@ -101,24 +101,13 @@ def tier_upstream(ws: Workspace, fast: bool) -> bool | None:
     return ok
 
 
-def line_workspace(ws: Workspace, tag: str) -> Workspace:
-    """The kept line ``tag`` of ``ws``; a SeriesError naming the kept lines when there is none."""
-    kept = [w.line for w in ws.main.lines()]
-    if tag not in kept:
-        raise SeriesError(
-            f"no kept line {tag[:80]!r} (lines/ holds {kept or 'none'})",
-            "scripts/test.sh --line <one of them>, or scripts/test.sh for the main line",
-        )
-    return Workspace(ws.root, tag)
-
-
 RUN = {"workspace": tier_workspace, "contract": tier_contract, "upstream": tier_upstream}
 
 
 def main(args) -> int:
     ws = Workspace.current()
     if args.line:
-        ws = line_workspace(ws, args.line)
+        ws = ws.kept(args.line, "scripts/test.sh")
     tiers = args.tier or list(FAST if args.fast else TIERS)
     if set(tiers) & {"contract", "upstream"} and not ws.line:  # these import the installed vLLM
         installed_tree_ok(ws)

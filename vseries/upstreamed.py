@@ -14,6 +14,7 @@ import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from vseries import series
 from vseries.errors import SeriesError
 from vseries.workspace import Workspace
 
@@ -76,6 +77,9 @@ def load(ws: Workspace) -> list[Record]:
                 f"{sorted(known)}" + (f" (unknown: {extra})" if extra else ""),
                 f"git checkout -- {ws.rel(p)}",
             )
+        problem = d.get("contract") and series.contract_problem(ws, str(d["contract"]))
+        if problem:  # it runs on the pin as a guard: the series' own check
+            raise SeriesError(f"{ws.rel(p)}: record {i}: {problem}", f"git checkout -- {ws.rel(p)}")
         out.append(Record(**d))
     return out
 

@@ -18,8 +18,12 @@ line's).
 
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from vseries.errors import SeriesError
 
 # The checkout this package was installed from (editable); the default workspace.
 HOME = Path(__file__).resolve().parent.parent
@@ -39,7 +43,8 @@ class Workspace:
     @classmethod
     def current(cls) -> "Workspace":
         """The workspace the command runs in: ``VSERIES_ROOT`` when set, else HOME; the kept
-        line ``VSERIES_LINE`` of it when that is set (``scripts/*.sh --line <tag>``)."""
+        line ``VSERIES_LINE`` of it when that is set (the verbs' ``--line <tag>``, where they
+        have one, gives ``kept``)."""
         return cls(
             Path(os.environ.get("VSERIES_ROOT", HOME)).resolve(),
             os.environ.get("VSERIES_LINE") or None,
@@ -102,6 +107,37 @@ class Workspace:
             return str(path.relative_to(self.root))
         except ValueError:
             return str(path)
+
+    def kept(self, tag: str, command: str) -> "Workspace":
+        """The kept line ``tag`` of this workspace (``lines/<tag>/``).
+
+        Args:
+            command: the script that was given ``--line`` (named in the error).
+
+        Raises:
+            SeriesError: there is no such kept line (the message names the ones there are).
+        """
+        kept = [w.line for w in self.main.lines()]
+        if tag not in kept:
+            raise SeriesError(
+                f"no kept line {tag[:80]!r} (lines/ holds {kept or 'none'})",
+                f"{command} --line <one of them>, or {command} for the main line",
+            )
+        return Workspace(self.root, tag)
+
+    @contextmanager
+    def hints(self) -> Iterator[None]:
+        """For a kept line, the ``next:`` commands of the SeriesErrors raised in the block
+        name its own tree (``git -C .vseries/lines/<tag>/vllm``) and ``--line <tag>`` on
+        scripts/apply.sh and scripts/refresh.sh (the verbs write them for the main line)."""
+        try:
+            yield
+        except SeriesError as e:
+            if not self.line or not e.fix:
+                raise
+            fix = re.sub(r"git -C vllm\b", f"git -C {self.rel(self.vllm)}", e.fix)
+            fix = re.sub(r"scripts/(apply|refresh)\.sh", rf"scripts/\1.sh --line {self.line}", fix)
+            raise SeriesError(e.what, fix) from None
 
 
 def _tag_key(tag: str) -> tuple:

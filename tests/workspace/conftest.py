@@ -3,6 +3,7 @@ workspace copies that point VSERIES_ROOT at it, small synthetic repos, and a loc
 index served on 127.0.0.1 for the download tests. And the tier check: a test not marked
 ``slow`` that takes longer than SLOW_AFTER_S fails the run (see the end of this file)."""
 
+import dataclasses
 import hashlib
 import http.server
 import json
@@ -239,6 +240,19 @@ def tiny_workspace(root: Path) -> Path:
     (root / "patches").mkdir()
     (root / "patches" / "series").write_text("")
     return root
+
+
+def pin_with(ws, files: dict[str, str]) -> None:
+    """Add ``files`` to the tiny workspace's release commit (the pin moves with it)."""
+    vdir = ws / "vllm"
+    for name, text in files.items():
+        (vdir / name).write_text(text)
+    git(vdir, "add", "-A")
+    git(vdir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--amend", "-m", "r")
+    commit = git(vdir, "rev-parse", "HEAD")
+    git(vdir, "checkout", "-q", "--detach")
+    pin_file = ws / "upstream.toml"
+    pinmod.dump(dataclasses.replace(pinmod.load(pin_file), commit=commit), pin_file)
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 import re
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, make_patch
 
 from vseries import pin as pinmod
 from vseries import series
@@ -118,3 +118,59 @@ def test_lint_reads_the_series_through_the_same_check(tiny):
         (tiny / "patches" / "series").write_text(line + "\n")
         [found] = lint_series.problems()
         assert "patches/series:1" in found and "\n  next: " in found
+
+
+@pytest.mark.parametrize(
+    "make, line",
+    [
+        (lambda t: (t / "tests" / "evil").symlink_to("/etc"), "contract=tests/evil/passwd"),
+        (lambda t: (t / "tests" / "evil.py").symlink_to("/etc/passwd"), "contract=tests/evil.py"),
+        (lambda t: None, "contract=tests/contract"),
+        (lambda t: None, "contract=tests/"),
+    ],
+    ids=["folder linked outside", "file linked outside", "a folder", "tests itself"],
+)
+def test_contract_must_be_a_test_file_inside_tests(tiny, make, line):
+    """contract= names a Python test file that stays inside the workspace's tests/ once
+    links are followed: a symbolic link out of tests/ (to /etc) and a folder are refused by
+    the series check, the lint (pre-commit) and every verb that reads the series."""
+    from vseries import lint_series
+
+    (tiny / "tests" / "contract").mkdir(parents=True)
+    make(tiny)
+    (tiny / "patches" / "series").write_text(f"0001-a.patch {line}\n")
+    with pytest.raises(SeriesError, match="is not a test file under tests/") as e:
+        series.read()
+    assert "patches/series:1" in str(e.value)
+    [found] = lint_series.problems()
+    assert "is not a test file under tests/" in found
+
+
+def test_a_patch_file_linked_out_of_patches_is_refused(tiny, tmp_path):
+    """A series entry whose file is a symbolic link out of patches/ (here to a real patch of
+    another folder): refused before any verb reads it, or refresh writes through it."""
+    outside = make_patch(
+        tiny / "vllm", tmp_path / "elsewhere", lambda r: (r / "b.py").write_text("x = 2\n"), "[P] b"
+    )
+    before = outside.read_bytes()
+    (tiny / "patches" / outside.name).symlink_to(outside)
+    (tiny / "patches" / "series").write_text(outside.name + "\n")
+    with pytest.raises(SeriesError, match="a symbolic link out of patches/"):
+        series.load()
+    assert outside.read_bytes() == before
+
+
+def test_an_upstreamed_record_s_contract_gets_the_same_check(tiny):
+    """patches/upstreamed.toml names contracts that keep running on the pin as guards: a
+    record's contract that a symbolic link leads out of tests/ is refused like a series
+    line's."""
+    from vseries import upstreamed
+    from vseries.workspace import Workspace
+
+    (tiny / "tests").mkdir()
+    (tiny / "tests" / "evil").symlink_to("/etc")
+    (tiny / "patches" / "upstreamed.toml").write_text(
+        '[[patch]]\nname = "0001-a.patch"\nsubject = "[P] a"\ncontract = "tests/evil/passwd"\n'
+    )
+    with pytest.raises(SeriesError, match="is not a test file under tests/"):
+        upstreamed.load(Workspace(tiny))

@@ -22,7 +22,7 @@ import re
 import tarfile
 
 import pytest
-from conftest import ROOT, git, make_patch
+from conftest import ROOT, git, make_patch, pin_with
 from test_rebase import FULL, A, cli, edit, publish, report_of, rows_of
 
 from vseries import apply, patchfile, series
@@ -369,3 +369,83 @@ def test_repeats_are_counted_against_the_old_pin(offline, index, shape):
     assert f"{path} already has at line" in msg
     if count:  # the commit waits on HEAD: the line is there once more than upstream has it
         assert lines_of(offline, path, first) == count
+
+
+# ---- issue 43, items 1 and 2: the counts said are the counts there ---------------------------
+
+FUNCS = "def {name}():\n    {body}return {n}\n\n\n"
+
+
+def funcs(*with_limit: str) -> str:
+    """f.py: functions e, f, g, h; those named hold ``limit = 64``."""
+    return "".join(
+        FUNCS.format(name=n, n=i, body="limit = 64\n    " if n in with_limit else "")
+        for i, n in enumerate("efgh")
+    )
+
+
+def limit_in_h(ws, index, pin_has: tuple[str, ...]) -> None:
+    """The pin's f.py has ``limit = 64`` in ``pin_has``; upstream adds one in g; the patch
+    adds one in h."""
+    pin_with(ws, {"f.py": funcs(*pin_has)})
+    series_of(ws, (lambda r: (r / "f.py").write_text(funcs(*pin_has, "h")), "[P] limit in h"))
+    publish(index, "0.99.0", {"a.py": A, "b.py": "x = 1\n", "f.py": funcs(*pin_has, "g")})
+
+
+@pytest.mark.parametrize(
+    "pin_has, now, meant",
+    [(("f",), "3 times", "twice"), (("e", "f"), "4 times", "3 times")],
+    ids=["item 1: the old pin had it once", "item 2: the old pin had it twice"],
+)
+def test_a_repeat_says_how_many_times_the_line_would_be_there(offline, index, pin_has, now, meant):
+    """Item 1: the old pin has the line in f, upstream adds it in g, the patch in h: the stop
+    said "each would be there twice" and "upstream added it" of the pin's own copy; it would
+    be there three times. Item 2: with the old pin holding it twice (f, e) the rebase carried
+    the line a fourth time, "carried clean", exit 0. Both stop, with the counts there."""
+    limit_in_h(offline, index, pin_has)
+    with pytest.raises(SeriesError) as e:
+        cli("v0.99.0", "--commit", FULL)
+    msg = str(e.value)
+    assert "would add lines twice" in msg and "adds `limit = 64`" in msg, msg
+    assert "each would be there twice" not in msg and "(upstream added it)" not in msg
+    said = f"it would be there {now}, where the old pin with the series up to this patch has it"
+    assert f"{said} {meant}" in msg
+    assert "(upstream added 1 copy)" in msg
+    assert lines_of(offline, "f.py", "limit = 64") == len(pin_has) + 2  # the commit, to look at
+
+
+def test_a_decorator_on_every_test_is_no_repeat(offline, index):
+    """What the old rule (a line the old pin had twice or more does not count) was for: a
+    decorator on every test. Upstream adds a test with it and the patch adds another with it:
+    a decorator qualifies the function after it (compared whole), so no stop, whatever the
+    old pin's count."""
+    deco = "@pytest.mark.slow\n"
+    test = "{deco}def test_{n}():\n    assert {n}\n\n\n"
+
+    def tests(*names: str) -> str:
+        return "import pytest\n\n\n" + "".join(test.format(deco=deco, n=n) for n in names)
+
+    pin_with(offline, {"test_x.py": tests("one")})
+    series_of(offline, (lambda r: (r / "test_x.py").write_text(tests("one", "mine")), "[P] t"))
+    publish(index, "0.99.0", {"a.py": A, "b.py": "x = 1\n", "test_x.py": tests("theirs", "one")})
+    assert cli("v0.99.0", "--commit", FULL) == 0
+    assert list(rows_of(report_of(offline)).values()) == ["carried clean"]
+
+
+def test_a_line_the_patch_adds_in_two_hunks_is_counted_where_it_went():
+    """Sibling of item 1 (counts the rebase reports): the patch adds the same line in two
+    hunks and upstream already has one of them; only that hunk is "already upstream", with
+    its one line (both hunks used to be reported, each "1 of 1 changed lines")."""
+    from vseries.rebase import diffs
+
+    def patch(*hunks: tuple[int, str]) -> str:
+        body = "".join(
+            f"@@ -{n},2 +{n},3 @@\n ctx {n}\n+{line}\n ctx {n + 1}\n" for n, line in hunks
+        )
+        return f"diff --git a/a.py b/a.py\n--- a/a.py\n+++ b/a.py\n{body}"
+
+    original = patch((10, "x = 1"), (30, "x = 1"), (50, "y = 2"))
+    replayed = patch((10, "x = 1"), (50, "y = 2"))
+    _, dropped, added = diffs.compare(original, replayed)
+    assert dropped == ["a.py: @@ -30,2 +30,3 @@ (1 of 1 changed lines already upstream)"]
+    assert added == []

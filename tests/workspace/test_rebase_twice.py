@@ -8,13 +8,15 @@ commit, an emptied commit, a commit reset away, uncommitted edits; and ``--abort
 everything back from a half-done hand fix.
 """
 
-import pytest
-from conftest import git, run_next
-from test_rebase import FULL, A, cli, publish, report_of, rows_of, snapshot
-from test_rebase_content import SHAPES, edit, insert_after, lines_of, offline, series_of
+import re
 
+import pytest
+from conftest import git, make_patch, pin_with, run_next
+from test_rebase import FULL, A, cli, publish, report_of, rows_of, snapshot
+from test_rebase_content import SHAPES, edit, funcs, insert_after, lines_of, offline, series_of
+
+from vseries import apply, series
 from vseries import pin as pinmod
-from vseries import series
 from vseries.errors import SeriesError
 
 __all__ = ["offline"]  # the fixture, used by name
@@ -151,3 +153,173 @@ def test_abort_from_a_half_done_hand_fix_restores_everything(offline, index):
     assert amend(offline / "vllm") != 0
     assert cli("--abort") == 0
     assert snapshot(offline) == before
+
+
+# ---- issue 43, item 3: every way on from a stop finishes ------------------------------------
+
+
+def test_a_fix_committed_on_top_of_the_stopped_commit_is_folded_into_it(offline, index):
+    """Item 3: the person takes the repeated line out in a new commit on top of the patch's
+    (instead of amending) and continues. It used to end in "refresh exported 2 patches but 1
+    were carried", and --continue and --skip looped from there; now the commits above the
+    last decision are folded into the patch's one commit (its message and author)."""
+    stop_on(offline, index, partial=True)
+    vdir = offline / "vllm"
+    take_line_out(offline)
+    git(vdir, "-c", "user.name=u", "-c", "user.email=u@u", "commit", "-qam", "no repeat")
+    assert cli("--continue") == 0
+    finished(offline, RESOLVED)
+    text = series.load()[0].path.read_text()
+    assert "Subject: [P] fast path" in text and "+thirty-five" in text and LINE not in text
+    assert "no repeat" not in text
+
+
+def test_a_conflict_resolved_with_a_commit_of_its_own_is_folded_too(offline, index):
+    """The same at a conflict: the person commits the resolution (git commit) while the am
+    session is open, then continues; the rebase used to send them to --skip, which drops the
+    patch. The session is closed and the commit becomes the patch's."""
+    series_of(offline, (edit("a.py", "line 30\n", "thirty\n"), "[P] thirty"))
+    publish(index, "0.99.0", {"a.py": A.replace("line 30\n", "THIRTY\n"), "b.py": "x = 1\n"})
+    with pytest.raises(SeriesError, match="conflicts"):
+        cli("v0.99.0", "--commit", FULL)
+    vdir = offline / "vllm"
+    (vdir / "a.py").write_text(A.replace("line 30\n", "THIRTY and thirty\n"))
+    git(vdir, "add", "a.py")
+    git(vdir, "-c", "user.name=u", "-c", "user.email=u@u", "commit", "-qm", "resolved")
+    assert cli("--continue") == 0
+    assert list(rows_of(report_of(offline)).values()) == [RESOLVED]
+    text = series.load()[0].path.read_text()
+    assert "Subject: [P] thirty" in text and "+THIRTY and thirty" in text
+    assert git(vdir, "rev-list", "--count", f"{FULL}..HEAD") == "1"
+
+
+def stacked(ws, *patches) -> None:
+    """Like series_of, each patch made on top of the ones before it."""
+    vdir, names = ws / "vllm", []
+    pinned = git(vdir, "rev-parse", "HEAD")
+    for i, (change, subject) in enumerate(patches, 1):
+        p = make_patch(vdir, ws / "patches", change, subject)
+        p = p.rename(ws / "patches" / f"{i:04d}{p.name[4:]}")
+        git(vdir, "-c", "user.name=t", "-c", "user.email=t@t", "am", "-q", str(p))
+        names.append(p.name)
+    git(vdir, "checkout", "-q", "--detach", pinned)
+    (ws / "patches" / "series").write_text("".join(n + "\n" for n in names))
+    apply.apply()
+
+
+def test_a_line_brought_back_by_a_later_patch_s_resolution_stops_again(offline, index):
+    """Item 3: 0001 adds the line (the pin has it in f, upstream adds one in g), 0002 uses it;
+    --drop-repeats makes 0001 upstreamed, 0002 then conflicts, and taking 0002's side brings
+    the line back: it used to finish with the line three times. The rebase stops on 0002 with
+    the counts, and --continue --drop-repeats finishes with the line twice."""
+    pin_with(offline, {"f.py": funcs("f")})
+    with_use = funcs("f", "h").replace(
+        "limit = 64\n    return 3", "limit = 64\n    use(limit)\n    return 3"
+    )
+    stacked(
+        offline,
+        (lambda r: (r / "f.py").write_text(funcs("f", "h")), "[P] limit in h"),
+        (lambda r: (r / "f.py").write_text(with_use), "[P] use it"),
+    )
+    publish(index, "0.99.0", {"a.py": A, "b.py": "x = 1\n", "f.py": funcs("f", "g")})
+    with pytest.raises(SeriesError, match="would add lines twice"):
+        cli("v0.99.0", "--commit", FULL)
+    vdir = offline / "vllm"
+    with pytest.raises(SeriesError, match="conflicts"):
+        cli("--continue", "--drop-repeats")
+    text = (vdir / "f.py").read_text()  # take 0002's side of the conflict
+    (vdir / "f.py").write_text(
+        re.sub(r"<<<<<<< .*?=======\n(.*?)>>>>>>> [^\n]*\n", r"\1", text, flags=re.S)
+    )
+    git(vdir, "add", "f.py")
+    with pytest.raises(SeriesError) as e:
+        cli("--continue")
+    msg = str(e.value)
+    assert "patch 0002-P-use-it.patch would add lines twice" in msg
+    assert (
+        "it would be there 3 times, where the old pin with the series up to this patch has it twice"
+        in msg
+    )
+    assert cli("--continue", "--drop-repeats") == 0
+    rep = report_of(offline)
+    assert list(rows_of(rep).values()) == [UPSTREAMED, RESOLVED]  # not "carried clean"
+    assert "conflicted on the 3-way merge in f.py; fixed by hand" in rep
+    assert lines_of(offline, "f.py", "limit = 64") == 2
+
+
+def test_the_finish_refuses_a_count_it_cannot_export_with_a_remedy_that_works(
+    offline, index, monkeypatch
+):
+    """Sibling: if vllm/ still holds more commits than patches carried when the rebase
+    finishes (here: the fold is kept from running), it stops before anything moves, and its
+    next: line (run as printed) puts everything back; it used to move the pin, then offer
+    --continue | --skip | --abort, of which only --abort got out."""
+    from vseries.rebase import engine
+
+    stop_on(offline, index, partial=True)
+    before = (offline / "upstream.toml").read_bytes()
+    vdir = offline / "vllm"
+    take_line_out(offline)
+    git(vdir, "-c", "user.name=u", "-c", "user.email=u@u", "commit", "-qam", "no repeat")
+    monkeypatch.setattr(engine, "fold", lambda vdir, st: False, raising=False)
+    with pytest.raises(SeriesError) as e:
+        cli("--continue")
+    assert "nothing was moved" in str(e.value)
+    assert (offline / "upstream.toml").read_bytes() == before
+    r = run_next(offline, str(e.value))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (offline / "upstream.toml").read_bytes() == before
+    assert not (offline / ".vseries" / "rebase" / "state.json").exists()
+
+
+def test_a_wrong_option_during_a_rebase_offers_what_works_from_there(offline, index, monkeypatch):
+    """Sibling: --skip, --port or a new rebase while a rebase is under way print a next: line
+    that runs as printed. It used to be `--continue | --skip | --abort` (no command), also
+    where --skip fails: after a run killed between two patches, nothing waits for a person."""
+    from vseries.rebase import engine
+
+    series_of(offline, (edit("a.py", "line 30\n", "thirty\n"), "[P] thirty"))
+    publish(index, "0.99.0", {"a.py": A.replace("line 5\n", "five\n"), "b.py": "x = 1\n"})
+
+    def killed(*a, **k):
+        raise KeyboardInterrupt
+
+    real = engine.carried
+    monkeypatch.setattr(engine, "carried", killed)
+    with pytest.raises(KeyboardInterrupt):
+        cli("v0.99.0", "--commit", FULL)
+    monkeypatch.setattr(engine, "carried", real)
+    for args in (["--skip"], ["v0.99.0"], ["--continue", "--drop-repeats"]):
+        with pytest.raises(SeriesError) as e:
+            cli(*args)
+        said = str(e.value).split("\n  next: ", 1)[1]
+        assert said.startswith("scripts/rebase.sh --continue   # ") and "--skip" not in said
+    r = run_next(offline, str(e.value))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert pinmod.load().tag == "v0.99.0"
+    assert list(rows_of(report_of(offline)).values()) == ["carried clean"]
+
+
+def test_a_run_killed_after_the_last_decision_says_where_it_resumes(
+    offline, index, monkeypatch, capsys
+):
+    """Sibling (counts the rebase says): killed after the last patch was decided, --continue
+    said "resuming at patch 2 of 1"; it says it resumes at the finish, and finishes."""
+    from vseries.rebase import finish
+
+    series_of(offline, (edit("a.py", "line 30\n", "thirty\n"), "[P] thirty"))
+    publish(index, "0.99.0", {"a.py": A, "b.py": "x = 1\n"})
+    real = finish.finish
+
+    def killed(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(finish, "finish", killed)
+    with pytest.raises(KeyboardInterrupt):
+        cli("v0.99.0", "--commit", FULL)
+    monkeypatch.setattr(finish, "finish", real)
+    capsys.readouterr()
+    assert cli("--continue") == 0
+    out = capsys.readouterr().out
+    assert "resuming at the finish (all 1 patches decided)" in out and "patch 2 of 1" not in out
+    assert pinmod.load().tag == "v0.99.0"

@@ -106,3 +106,36 @@ def test_refresh_refuses_a_lost_series(tiny):
     with pytest.raises(SeriesError, match="patches/series is missing"):
         refresh.refresh()
     assert not (tiny / "patches" / "series").exists()
+
+
+def test_a_kept_line_s_patch_is_refreshed_with_line(tiny, capsys):
+    """A change to a kept line's patch (issue 43, item 5): edit its commit in the line's own
+    tree and ``scripts/refresh.sh --line <tag>`` writes lines/<tag>/patches/ (the main line's
+    patches/ untouched); the line's hints name its tree and --line."""
+    import shutil
+
+    from vseries import cli
+
+    vdir = tiny / "vllm"
+    p = make_patch(vdir, tiny / "patches", lambda r: (r / "b.py").write_text("x = 2\n"), "[P] b")
+    (tiny / "patches" / "series").write_text(f"{p.name}\n")
+    line = tiny / "lines" / "v0.1.0"
+    line.mkdir(parents=True)
+    shutil.copy(tiny / "upstream.toml", line / "upstream.toml")
+    shutil.copytree(tiny / "patches", line / "patches")
+    tree = tiny / ".vseries" / "lines" / "v0.1.0" / "vllm"
+    git(tiny, "clone", "-q", str(vdir), str(tree))
+    main_before = {f.name: f.read_bytes() for f in (tiny / "patches").iterdir()}
+    assert cli.main(["apply", "--line", "v0.1.0"]) == 0
+    (tree / "b.py").write_text("x = 3\n")
+    git(tree, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qa", "--amend", "--no-edit")
+    assert cli.main(["refresh", "--line", "v0.1.0"]) == 0
+    assert "+x = 3" in (line / "patches" / p.name).read_text()
+    assert {f.name: f.read_bytes() for f in (tiny / "patches").iterdir()} == main_before
+    (tree / "b.py").write_text("x = 4\n")  # uncommitted: refresh refuses, and says how
+    assert cli.main(["refresh", "--line", "v0.1.0"]) == 2
+    err = capsys.readouterr().err
+    assert "git -C .vseries/lines/v0.1.0/vllm add -A" in err
+    assert "scripts/refresh.sh --line v0.1.0" in err and "git -C vllm " not in err
+    assert cli.main(["refresh", "--line", "v9.9.9"]) == 2
+    assert "no kept line 'v9.9.9' (lines/ holds ['v0.1.0'])" in capsys.readouterr().err

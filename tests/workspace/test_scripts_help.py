@@ -5,6 +5,7 @@ prints a usage, and the copy holds the same files as before (no .venv, no __pyca
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,78 @@ def test_help_creates_and_installs_nothing(fresh, script):
     assert f"scripts/{script}" in r.stdout, r.stdout  # the verb's own usage (issue 35)
     assert not (fresh / ".venv").exists()
     assert files(fresh) == before
+
+
+def test_every_verb_s_help_needs_only_the_standard_library(tmp_path):
+    """``python -m vseries <verb> --help`` on a Python with nothing but its standard library
+    (``-S``: no site-packages, so no tqdm, requests or packaging; issue 43, item 6): each
+    verb prints its own help, not a ModuleNotFoundError."""
+    from vseries import cli
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+    verbs = [name for name in cli.parser()._subparsers._group_actions[0].choices]
+    assert len(verbs) == len(cli.VERBS)
+    for verb in verbs:
+        r = subprocess.run(
+            [sys.executable, "-S", "-m", "vseries", verb, "--help"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 0 and r.stderr == "", f"{verb}:\n{r.stdout}{r.stderr}"
+        assert r.stdout.startswith(f"usage: python -m vseries {verb}") and "options:" in r.stdout
+
+
+@pytest.mark.parametrize("script", [s for s in SCRIPTS if s != "setup.sh"])
+def test_help_on_a_host_python_without_the_workspace_requirements(fresh, tmp_path, script):
+    """A script's --help without a venv, where the host's python3 (3.11 or newer) lacks the
+    workspace's requirements (here: its standard library alone): the verb's own help, with
+    its options, and neither a traceback nor the line that blames the Python version."""
+    wrapper = tmp_path / "python3"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    wrapper.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "VSERIES_VENV")}
+    env["PYTHON"] = str(wrapper)
+    r = subprocess.run(
+        ["bash", f"scripts/{script}", "--help"],
+        cwd=fresh,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    said = r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "needs Python >= 3.11" not in r.stdout, said
+    assert r.stdout.startswith(f"usage: scripts/{script}") and "options:" in r.stdout, r.stdout
+
+
+def test_help_that_fails_on_a_recent_python_does_not_blame_its_version(fresh, tmp_path):
+    """Where a Python 3.11 or newer is found but the verb's --help fails there, the fallback
+    usage says so, not that Python >= 3.11 is needed."""
+    wrapper = tmp_path / "python3"  # passes the version check, fails everything else
+    wrapper.write_text(
+        f'#!/bin/sh\n[ "$1" = -c ] || [ "$1" = --version ] && exec {sys.executable} "$@"\n'
+        'echo "ModuleNotFoundError: No module named tqdm" >&2; exit 1\n'
+    )
+    wrapper.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "VSERIES_VENV")}
+    env["PYTHON"] = str(wrapper)
+    r = subprocess.run(
+        ["bash", "scripts/apply.sh", "--help"], cwd=fresh, env=env, capture_output=True, text=True
+    )
+    assert r.returncode == 0 and r.stdout.startswith("usage: scripts/apply.sh"), r.stdout
+    assert "needs Python >= 3.11" not in r.stdout and "failed with Python 3." in r.stdout
+
+
+def test_the_front_s_help_is_written_for_its_user():
+    """``python -m vseries --help`` lists the verbs with a sentence for users, not the
+    module's docstring (it printed "``python -m vseries <verb>``: a thin front that
+    dispatches to one module per verb")."""
+    from vseries import cli
+
+    text = cli.parser().format_help()
+    assert "``" not in text and "dispatches to one module" not in text
+    assert "python -m vseries <verb> --help" in text

@@ -50,10 +50,15 @@ def number(entry: series.Entry, index: int) -> str:
 
 
 def _am(wt: Path, patch: Path) -> tuple[bool, str]:
-    """git am -3 -k one patch in the worktree; on failure abort and say why."""
+    """git am -3 -k one patch in the worktree; on failure (also a change the 3-way merge put
+    into a file the patch does not name, which apply refuses) abort and say why."""
     out = am.am(wt, patch)
     if not git.in_progress(wt):
-        return True, out
+        wrong = am.misplaced(wt, patch)  # the merge put the change into another file
+        if not wrong:
+            return True, out
+        git.run(wt, "checkout", "-q", "-f", "--detach", "HEAD~1")
+        return False, f"{wrong}; the base never had the file it names"
     why = am.explain(wt, patch, out)
     git.run(wt, "am", "--abort", check=False)
     return False, why

@@ -5,7 +5,8 @@ that apply to the touched files, all ``repo: local``: remote hook repositories b
 hooks installed from PyPI at the pinned versions; the stage is pre-commit, what a
 contributor's commit runs, so mypy is vLLM's ``mypy-local`` (the touched files, imports
 skipped, Python 3.10); its CI-only ``mypy-3.x`` hooks follow imports through all of vllm/ and
-are left to vLLM's CI. run_hooks() runs it with ``pre-commit run -c``.
+are left to vLLM's CI. run_hooks() runs it with ``pre-commit run -c``. PyYAML and identify
+(pre-commit's own) are imported where they are used: the command line needs the stdlib only.
 """
 
 import os
@@ -13,9 +14,6 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-
-import yaml
-from identify.identify import tags_from_filename, tags_from_path
 
 from vseries.errors import SeriesError
 
@@ -96,6 +94,8 @@ STAGE = "pre-commit"  # what a contributor's commit runs; vLLM's CI runs the man
 
 def _applies(hook: dict, config: dict, tree: Path, files: list[str]) -> bool:
     """pre-commit's own selection: stage, files/exclude regexes, identify types."""
+    from identify.identify import tags_from_filename, tags_from_path
+
     stages = hook.get("stages") or config.get("default_stages") or [STAGE]
     if STAGE not in stages and "commit" not in stages:
         return False
@@ -127,6 +127,8 @@ def derive_config(tree: Path, files: list[str]) -> tuple[dict, list[list[str]]]:
     Raises:
         SeriesError: the tree's pre-commit config is not valid YAML.
     """
+    import yaml
+
     src = tree / ".pre-commit-config.yaml"
     if not src.exists():
         return {"repos": [{"repo": "local", "hooks": []}]}, [
@@ -210,6 +212,8 @@ def run_hooks(
 
     Returns (all passed, output, [hook id, verdict], [hook id, reason not run]).
     """
+    import yaml
+
     derived, not_run = derive_config(tree, files)
     scratch.mkdir(parents=True, exist_ok=True)
     cfg = scratch / "derived-pre-commit-config.yaml"

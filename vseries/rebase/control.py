@@ -8,23 +8,38 @@ from vseries.errors import SeriesError
 from vseries.rebase import engine, twice, undo
 from vseries.rebase.decide import decide
 from vseries.rebase.evidence import Evidence
-from vseries.rebase.state import CONFLICT, NEXT, REPLAYING, STARTING, TWICE, Store
+from vseries.rebase.state import (
+    CONFLICT,
+    REPLAYING,
+    STARTING,
+    TWICE,
+    State,
+    Store,
+    next_step,
+)
 from vseries.workspace import Workspace
 
 
-def _continue_am(ws: Workspace, store: Store, name: str) -> None:
-    """``git am --continue`` after a hand fix, committing as the engine does.
+def _continue_am(ws: Workspace, store: Store, st: State) -> None:
+    """``git am --continue`` after a hand fix, committing as the engine does; a fix the
+    person committed themselves while the session was open (git commit) is taken back into
+    the index first, so that am makes the patch's one commit from it.
 
     Raises:
         SeriesError: unmerged files remain; am stops again (nothing left to add: --skip).
     """
-    vdir = ws.vllm
+    vdir, name = ws.vllm, st.row.name
     unmerged = git.run(vdir, "diff", "--name-only", "--diff-filter=U").split()
     if unmerged:
         raise SeriesError(
             f"still unmerged in vllm/: {', '.join(unmerged)}",
             "fix them, git -C vllm add <files>, scripts/rebase.sh --continue",
         )
+    if git.rev(vdir, "HEAD") != st.head and git.ok(
+        vdir, "merge-base", "--is-ancestor", st.head, "HEAD"
+    ):
+        git.run(vdir, "reset", "-q", "--soft", st.head)
+        print("rebase: the commit(s) made during the stop are the patch's resolution")
     # am does not keep --committer-date-is-author-date across --continue: pass the date
     text = (store.backup / "patches" / name).read_text(errors="replace")
     m = re.search(r"^Date: (.+)$", text, re.M)
@@ -44,8 +59,9 @@ def _port(ws: Workspace, st, port: Path) -> None:
     place as every verb commits (``git am -3 -k``, fixed committer).
 
     Raises:
-        SeriesError: FILE is missing or not a patch, or it does not apply there (vllm/ is back
-            at the last decision, the rebase still stopped).
+        SeriesError: FILE is missing or not a patch, or it does not apply there, or names
+            files the new release does not have (vllm/ is back at the last decision, the
+            rebase still stopped).
     """
     port = port.resolve()
     if not port.is_file():
@@ -58,6 +74,15 @@ def _port(ws: Workspace, st, port: Path) -> None:
         git.run(vdir, "am", "--abort", check=False)
     git.run(vdir, "checkout", "-q", "-f", "--detach", st.head)
     out = am.am(vdir, port)
+    wrong = "" if git.in_progress(vdir) else am.elsewhere(vdir, port)[0]
+    if wrong:  # a port is written against the new release: it names that release's files
+        git.run(vdir, "checkout", "-q", "-f", "--detach", st.head)
+        raise SeriesError(
+            f"the port {port.name} names files that {st.new.tag} does not have (vllm/ is back "
+            f"at the last decision; the rebase is still stopped):\n{wrong}",
+            f"fix the port's diff --git, ---, +++ paths, then scripts/rebase.sh --continue "
+            f"--port {port}   # or fix vllm/ by hand and --continue",
+        )
     if git.in_progress(vdir):
         why = am.explain(vdir, port, out)
         git.run(vdir, "am", "--abort", check=False)
@@ -85,10 +110,14 @@ def resume(ws: Workspace, port: Path | None = None, drop_repeats: bool = False) 
     vdir = ws.vllm
     if port is not None:
         if st.status not in (CONFLICT, TWICE):
-            raise SeriesError("--port replaces a stopped patch, and none is waiting", NEXT)
+            raise SeriesError(
+                "--port replaces a stopped patch, and none is waiting", next_step(st.status)
+            )
         _port(ws, st, port)
     elif drop_repeats and st.status != TWICE:
-        raise SeriesError("--drop-repeats goes on from a stop on lines added twice", NEXT)
+        raise SeriesError(
+            "--drop-repeats goes on from a stop on lines added twice", next_step(st.status)
+        )
     elif st.status == TWICE:
         return twice.resume(ws, st, store, drop_repeats)
     if st.status == STARTING:  # killed before the replay began: begin once more
@@ -98,7 +127,7 @@ def resume(ws: Workspace, port: Path | None = None, drop_repeats: bool = False) 
         return engine.start(ws, st.target, st.commit, st.route, st.contracts, st.check, report)
     row = st.row
     if st.status == CONFLICT and git.in_progress(vdir):
-        _continue_am(ws, store, row.name)
+        _continue_am(ws, store, st)
     head = git.rev(vdir, "HEAD")
     if st.status in (CONFLICT, TWICE) and head != st.head:
         text = (store.backup / "patches" / row.name).read_text(errors="replace")
@@ -125,7 +154,11 @@ def resume(ws: Workspace, port: Path | None = None, drop_repeats: bool = False) 
         if git.in_progress(vdir):
             git.run(vdir, "am", "--abort", check=False)
         git.run(vdir, "checkout", "-q", "-f", "--detach", st.head)
-        print(f"rebase: resuming at patch {st.next + 1} of {len(st.rows)}")
+        print(
+            f"rebase: resuming at patch {st.next + 1} of {len(st.rows)}"
+            if st.row is not None
+            else f"rebase: resuming at the finish (all {len(st.rows)} patches decided)"
+        )
     return engine.run(ws, st, store)
 
 
@@ -138,7 +171,7 @@ def skip(ws: Workspace) -> int:
     store = Store(ws)
     st = undo.need_state(store)
     if st.status not in (CONFLICT, TWICE):
-        raise SeriesError("--skip drops a conflicting patch, and none is waiting", NEXT)
+        raise SeriesError("--skip drops a stopped patch, and none is waiting", next_step(st.status))
     vdir = ws.vllm
     if git.in_progress(vdir):
         git.run(vdir, "am", "--abort", check=False)

@@ -208,7 +208,8 @@ def _carried(ev: Evidence, passes: bool) -> Decision:
                 TWICE,
                 [
                     f"the replay would add lines that {ev.tag} already has elsewhere in the "
-                    f"same file (each would be there twice):\n{said}",
+                    f"same file, more times than on {ev.old_tag} with the series up to this "
+                    f"patch:\n{said}",
                     f"without them the patch would be {cls}",
                     *out,
                 ],

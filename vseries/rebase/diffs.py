@@ -59,13 +59,21 @@ def compare(original: str, replayed: str) -> tuple[list[str], list[str], list[st
                 f"({', '.join(f'{d:+d}' for d in sorted(set(shifts)))} lines)"
             )
     missing = _lines(old) - _lines(new)
+    whole = Counter(tuple(h.lines) for hs in new.values() for h in hs)
     dropped = []
     for p, hs in old.items():
         for h in hs:
-            if any(missing[ln] for ln in h.lines):
+            if whole[tuple(h.lines)]:  # the replay carries this hunk as it is
+                whole[tuple(h.lines)] -= 1
+                continue
+            gone = 0
+            for ln in h.lines:  # a line missing once is one hunk's, not every hunk's
+                if missing[ln]:
+                    missing[ln] -= 1
+                    gone += 1
+            if gone:
                 dropped.append(
-                    f"{p}: {h.header} ({sum(1 for ln in h.lines if missing[ln])} of "
-                    f"{len(h.lines)} changed lines already upstream)"
+                    f"{p}: {h.header} ({gone} of {len(h.lines)} changed lines already upstream)"
                 )
     added = sorted((_lines(new) - _lines(old)).elements())
     return moved, dropped, added
@@ -151,15 +159,24 @@ def statements(path: str, text: str) -> set[int] | range:
     return found
 
 
+def times(n: int) -> str:
+    """ "once", "twice", "3 times"."""
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
 class Repeat(NamedTuple):
     """A line, or a statement of several lines, that the replay adds although the new
-    release already has it elsewhere in the same file.
+    release already has it elsewhere in the same file, more often than the old pin with the
+    patch had it.
 
     Attributes:
         path: the file (its path after the replay).
         first, last: the lines (1-based, in the file after the replay) the replay added it at.
         text: the line (its first line for a statement), stripped.
         elsewhere: where else the file has it (first lines).
+        now: how often the file holds it after the replay.
+        meant: how often the old pin with the series up to this patch held it.
+        upstream: how many copies upstream added between the two releases.
     """
 
     path: str
@@ -167,30 +184,51 @@ class Repeat(NamedTuple):
     last: int
     text: str
     elsewhere: list[int]
+    now: int = 0
+    meant: int = 0
+    upstream: int = 0
 
     def sentence(self) -> str:
         at = ("lines " if len(self.elsewhere) > 1 else "line ") + ", ".join(
             map(str, self.elsewhere)
         )
-        if self.first == self.last:
-            return (
-                f"{self.path}:{self.first} adds `{self.text}`, which {self.path} already has "
-                f"at {at} (upstream added it)"
-            )
+        where = f"{self.path}:{self.first}" + (f"-{self.last}" if self.last != self.first else "")
+        whole = (
+            f" (the whole statement, {self.last - self.first + 1} lines)"
+            if self.last != self.first
+            else ""
+        )
         return (
-            f"{self.path}:{self.first}-{self.last} adds `{self.text}`, which {self.path} "
-            f"already has at {at} (upstream added it; the whole statement, "
-            f"{self.last - self.first + 1} lines)"
+            f"{where} adds `{self.text}`, which {self.path} already has at {at}{whole}: it "
+            f"would be there {times(self.now)}, where the old pin with the series up to this "
+            f"patch has it {times(self.meant)} (upstream added {self.upstream} "
+            f"{'copy' if self.upstream == 1 else 'copies'})"
         )
 
 
-def _more(texts: tuple[int, int, int, int]) -> bool:
-    """Whether a line or statement counted (old pin, old pin + patch, new release, replay)
-    is there more often than the old pin plus the patch intended, because upstream added it.
-    A line the old pin already had twice or more is an idiom (a decorator on every test):
-    more of it says nothing about upstream taking the patch."""
-    old_before, old_after, new_before, after = texts
-    return after > old_after and new_before > old_before and old_before <= 1
+# The four counts of a line or statement that _more compares: the old pin (plain, without
+# the series), the old pin with the series up to this patch (what the patch intended), the
+# new release (plain) and the replay's result.
+Counts = tuple[int, int, int, int]
+
+
+def _more(counts: Counts) -> bool:
+    """Whether a line or statement is there more often after the replay than on the old pin
+    with the series up to this patch, while upstream added copies of it between the releases
+    (counted on the plain releases: a line an earlier patch added and the rebase then took
+    out again, or one a hand resolution brings back, counts too)."""
+    old_plain, meant, new_plain, now = counts
+    return now > meant and new_plain > old_plain
+
+
+def _repeat(path: str, first: int, last: int, text: str, where: list[int], c: Counts) -> Repeat:
+    return Repeat(path, first, last, text, where, c[3], c[1], c[2] - c[0])
+
+
+def _decorator(line: str) -> bool:
+    """A decorator line: it qualifies the function or class after it (compared whole, as a
+    statement), so finding it again says nothing (``@pytest.mark.slow`` on every test)."""
+    return line.lstrip().startswith("@")
 
 
 def _whole_lines(path: str, text: str) -> Counter:
@@ -246,7 +284,8 @@ def _places(text: str, key: tuple[str, ...]) -> list[int]:
 
 def _statements_twice(path: str, texts: tuple[str, str, str, str], ours: set[int]) -> list[Repeat]:
     """The replay's multi-line statements (Python, by ``ast``) or runs of added lines (any
-    other file, or one that does not parse) that ``_more`` finds too often."""
+    other file, or one that does not parse) that ``_more`` finds too often; ``texts`` in the
+    order of ``Counts``."""
     rows = texts[3].splitlines()
     parsed = [_ast_statements(path, t) for t in texts]
     found = []
@@ -260,53 +299,54 @@ def _statements_twice(path: str, texts: tuple[str, str, str, str], ours: set[int
                 continue
             if not telling(" ".join(_block(rows, a, b))):
                 continue
-            if _more(tuple(c[key] for c in counts)):
+            n = tuple(c[key] for c in counts)
+            if _more(n):
                 where = [x for x, _, k in parsed[3] if k == key and x not in ours]
                 if where:
-                    found.append(Repeat(path, a, b, rows[a - 1].strip(), sorted(set(where))))
+                    found.append(_repeat(path, a, b, rows[a - 1].strip(), sorted(set(where)), n))
         return found
     for a, b in _runs(ours):
         key = _block(rows, a, b)
         if len(key) < 2 or not telling(" ".join(key)):
             continue
-        if _more(tuple(len(_places(t, key)) for t in texts)):
+        n = tuple(len(_places(t, key)) for t in texts)
+        if _more(n):
             where = [x for x in _places(texts[3], key) if x not in ours]
             if where:
-                found.append(Repeat(path, a, b, key[0], where))
+                found.append(_repeat(path, a, b, key[0], where, n))
     return found
 
 
 def repeats(
     added: dict[str, list[tuple[int, str]]],
     after: dict[str, str],
-    new_before: dict[str, str],
-    old_before: dict[str, str],
+    new_plain: dict[str, str],
+    old_plain: dict[str, str],
     old_after: dict[str, str] | None = None,
 ) -> list[Repeat]:
     """The replay's added lines and statements that the new release already holds elsewhere
-    in the file, more times than the old pin plus the patch intended.
+    in the file, more times than the old pin with the series intended.
 
-    Counted against the old pin: a line (or a statement) counts when the replay's file holds
-    it more often than the old pin with the patch did, because upstream added copies of it
-    between the releases (the old pin had it at most once: a line the old pin had twice or
-    more is an idiom, such as a decorator used on every test). So a line new to the file
-    that upstream also added counts, and so does a line the old pin had once, upstream a
-    second copy and the patch a third. Whitespace around a line is ignored (upstream may have
-    moved it into another block); lines that say nothing (``telling``) are left out, and in a
-    Python file so are lines that are not a whole statement (``self._x is not None`` inside
-    a longer condition). A statement over several lines (a ``dict(`` ... ``)`` call, a
-    function) is compared whole: in a Python file by its ``ast`` (layout and comments aside),
-    in any other file (or one that does not parse) as a run of added lines; it replaces the
-    lines of it found one by one.
+    A line (or a statement) counts when the replay's file holds it more often than the old
+    pin with the series up to this patch did, and upstream added copies of it between the
+    releases (counted on the plain releases; ``_more``). So a line new to the file that
+    upstream also added counts, and so does a line the old pin had once or more, upstream
+    one more copy and the patch another; each is said with its counts. Whitespace around a
+    line is ignored (upstream may have moved it into another block); lines that say nothing
+    (``telling``) and decorators are left out, and in a Python file so are lines that are not
+    a whole statement (``self._x is not None`` inside a longer condition). A statement over
+    several lines (a ``dict(`` ... ``)`` call, a function) is compared whole: in a Python file
+    by its ``ast`` (layout and comments aside), in any other file (or one that does not
+    parse) as a run of added lines; it replaces the lines of it found one by one.
 
     Args:
         added: the replayed commit's added lines (``patchfile.added_lines``).
         after: {path: text} of each file after the replay.
-        new_before: {path: text} of each file on the new release + the patches before this one.
-        old_before: {path: text} of the same files on the old pin + the patches before this
-            one (under the path they had there).
-        old_after: the same files on the old pin with the patch (what the patch intended);
-            when missing, the old pin's text plus the replay's added lines.
+        new_plain: {path: text} of each file on the new release (without the series).
+        old_plain: {path: text} of the same files on the old pin (without the series; under
+            the path they had there).
+        old_after: the same files on the old pin with the series up to this patch (what the
+            patch intended); when missing, the old pin's text plus the replay's added lines.
 
     Returns:
         The repeats in file and line order (``Repeat.sentence()`` says each one).
@@ -316,24 +356,27 @@ def repeats(
         text = after.get(path, "")
         rows, whole = text.splitlines(), statements(path, text)
         ours = {n for n, _ in lines}
-        old = old_before.get(path, "")
+        old = old_plain.get(path, "")
         intended = (old_after or {}).get(path)
         if intended is None:
             intended = old + "".join(ln + "\n" for _, ln in lines)
-        texts = (old, intended, new_before.get(path, ""), text)
+        texts = (old, intended, new_plain.get(path, ""), text)
         counts = [_whole_lines(path, t) for t in texts]
         blocks = _statements_twice(path, texts, ours)
         for n, line in lines:
             s = line.strip()
-            if not telling(s) or n not in whole or any(b.first <= n <= b.last for b in blocks):
+            if not telling(s) or _decorator(s) or n not in whole:
                 continue
-            if not _more(tuple(c[s] for c in counts)):
+            if any(b.first <= n <= b.last for b in blocks):
+                continue
+            c = tuple(x[s] for x in counts)
+            if not _more(c):
                 continue
             elsewhere = [
                 i for i, x in enumerate(rows, 1) if x.strip() == s and i not in ours and i in whole
             ]
             if elsewhere:
-                found.append(Repeat(path, n, n, s, elsewhere))
+                found.append(_repeat(path, n, n, s, elsewhere, c))
         found += blocks
     return sorted(found, key=lambda r: (r.path, r.first))
 

@@ -20,7 +20,6 @@ from vseries.rebase.decide import DROP, STOP, UPSTREAMED, Decision, decide
 from vseries.rebase.evidence import Evidence
 from vseries.rebase.state import (
     CONFLICT,
-    NEXT,
     REFS,
     REPLAYING,
     TWICE,
@@ -28,6 +27,7 @@ from vseries.rebase.state import (
     Row,
     State,
     Store,
+    next_step,
 )
 from vseries.workspace import Workspace
 
@@ -76,7 +76,8 @@ def start(
     st = store.load()
     if st is not None:
         raise SeriesError(
-            f"a rebase onto {st.target} is already in progress (state in {store.file})", NEXT
+            f"a rebase onto {st.target} is already in progress (state in {store.file})",
+            next_step(st.status),
         )
     pin = pinmod.load(ws.pin_file)
     entries = series.load(ws)
@@ -138,6 +139,15 @@ def start(
                 f"was changed; fix the series first:\n{why}",
                 "scripts/apply.sh --keep-conflict",
             )
+        wrong = am.misplaced(vdir, e.path)
+        if wrong:  # what apply refuses: the 3-way merge put the change into another file
+            undo.abort(ws, quiet=True)
+            raise SeriesError(
+                f"{e.name} does not apply on the current pin {pin.tag}: it names files that "
+                f"vllm/ never had; nothing was changed; fix the series first:\n{wrong}",
+                f"fix the diff --git, ---, +++ paths in patches/{e.name} (or git checkout -- "
+                f"patches/{e.name}), then scripts/apply.sh and scripts/rebase.sh {target}",
+            )
         old.append(git.rev(vdir, "HEAD"))
     if old:
         git.run(vdir, "update-ref", REFS + "old-tip", old[-1])
@@ -185,8 +195,12 @@ def replay(ws: Workspace, st: State, store: Store) -> None:
         before = git.rev(vdir, "HEAD")
         # diff3: conflict regions also show the base, i.e. what upstream changed
         out = am.am(vdir, patch, "-c", "merge.conflictStyle=diff3")
+        moved = "" if git.in_progress(vdir) else not_renamed(vdir, st, text, before)
+        if moved:  # the merge followed a pre-image into a file upstream did not rename it to
+            git.run(vdir, "checkout", "-q", "-f", "--detach", before)
+            out = am.am(vdir, patch, three_way=False)  # stops where the patch names the file
         if git.in_progress(vdir):
-            ev.am, ev.conflict = "conflict", evidence.conflict_text(vdir, patch, out)
+            ev.am, ev.conflict = "conflict", moved + evidence.conflict_text(vdir, patch, out)
             ev.verdict = contracts.verdict(row.options)  # before asking a person
             if ev.verdict and ev.verdict[0] == "fail":
                 ev.kept = contracts.kept(row.options)
@@ -202,6 +216,26 @@ def replay(ws: Workspace, st: State, store: Store) -> None:
             continue
         ev.am, ev.threeway = "applied", "3-way merge" in out
         carried(ws, st, store, row, text, ev)
+
+
+def not_renamed(vdir: Path, st: State, text: str, before: str) -> str:
+    """Where the commit am just made on HEAD carries the patch's change into another file
+    than the one it names, and upstream's own diff between the releases does not rename the
+    one into the other (git am -3 followed the pre-image blob, e.g. into a file that was
+    already there): a sentence per such file, else ""."""
+    replayed = git.run(vdir, "show", "--format=", "--full-index", "-M", "HEAD")
+    out = []
+    for old_path, new_path in diffs.renames(text, replayed).items():
+        if not evidence.renamed_upstream(vdir, st.old.commit, st.new.base, old_path, new_path):
+            had = (
+                "never had it" if git.blob(vdir, st.old.commit, old_path) is None else "deleted it"
+            )
+            out.append(
+                f"  git am -3 put the patch's change to {old_path} into {new_path}, but upstream "
+                f"did not rename {old_path} to {new_path} between {st.old.tag} and "
+                f"{st.new.tag} (it {had}); applied without the 3-way merge it stops here:\n"
+            )
+    return "".join(out)
 
 
 def carried(
@@ -222,6 +256,16 @@ def carried(
     ev.moved, ev.dropped, ev.added = diffs.compare(text, replayed)
     if ev.ported:  # a rewrite, not a replay: file pairs are not renames
         ev.moved = [f"the port touches {', '.join(patchfile.touched(replayed))}"]
+    else:  # a file pair is upstream's rename only where upstream's own diff says so
+        for a, b in diffs.renames(text, replayed).items():
+            if not evidence.renamed_upstream(vdir, st.old.commit, st.new.base, a, b):
+                said = f"{a} -> {b} (file renamed upstream)"
+                ev.moved = [
+                    f"{a} -> {b} (the change is there now; upstream did not rename {a} to it)"
+                    if m == said
+                    else m
+                    for m in ev.moved
+                ]
     ev.verdict = contracts.verdict(row.options)
     if not (ev.verdict and ev.verdict[0] == "pass"):
         made = evidence.upstream_made(
@@ -233,7 +277,8 @@ def carried(
         ev.taken = diffs.part_of_the_way(text, replayed, made)
         if ev.verdict and ev.verdict[0] == "fail":
             ev.kept = contracts.kept(row.options)
-        ev.repeated = evidence.repeated(vdir, text, replayed, row.old, row.new)
+        bases = (st.old.commit, st.new.base)
+        ev.repeated = evidence.repeated(vdir, text, replayed, row.old, row.new, bases)
     d = decide(ev)
     d.evidence = [*prefix, *d.evidence]
     if d.action == DROP:
@@ -271,6 +316,31 @@ def stop(st: State, store: Store, row: Row, d: Decision, status: str) -> None:
         "changes are folded into the commit) and --continue, --continue as it is (keeps "
         "both), --skip (drop the patch) or --abort",
     )
+
+
+def fold(vdir: Path, st: State) -> bool:
+    """Make the commits above the last decision (``st.head..HEAD``) one commit, with the
+    message, author and dates of the first (the patch's, as am made it): a fix committed on
+    top of a stopped commit instead of amending it. The rest of the rebase, and refresh,
+    count one commit per carried patch.
+
+    Returns:
+        True when it folded two or more commits (one is left alone; HEAD is left at the last
+        decision when together they change nothing).
+    """
+    if not git.ok(vdir, "merge-base", "--is-ancestor", st.head, "HEAD"):
+        return False
+    made = git.run(vdir, "rev-list", "--reverse", f"{st.head}..HEAD").split()
+    if len(made) < 2:
+        return False
+    git.run(vdir, "reset", "-q", "--soft", st.head)
+    if git.ok(vdir, "diff", "--cached", "--quiet", st.head):
+        return True  # together they change nothing: HEAD at the last decision
+    date = git.run(vdir, "log", "-1", "--format=%ad", "--date=raw", made[0])
+    env = {**am.AM_ENV, "GIT_COMMITTER_DATE": date}
+    git.run(vdir, "commit", "-q", "--no-verify", "-C", made[0], env=env)
+    print(f"rebase: the {len(made)} commits above the last decision were folded into one")
+    return True
 
 
 def files_left_behind(vdir: Path, text: str) -> list[str]:

@@ -84,6 +84,26 @@ def same_patch_id(vdir: Path, patch_text: str, old_base: str, new_base: str) -> 
     return bool(diff) and mine is not None and git.patch_id(vdir, diff + "\n") == mine
 
 
+def renamed_upstream(
+    vdir: Path, old_base: str, new_base: str, old_path: str, new_path: str
+) -> bool:
+    """True when upstream's own diff between the releases renames ``old_path`` to
+    ``new_path`` (``git diff -M``, limited to the two paths)."""
+    out = git.run(
+        vdir,
+        "diff",
+        "-M",
+        "--name-status",
+        "--diff-filter=R",
+        old_base,
+        new_base,
+        "--",
+        old_path,
+        new_path,
+    )
+    return any(ln.split("\t")[1:] == [old_path, new_path] for ln in out.splitlines())
+
+
 def upstream_made(vdir: Path, old_base: str, new_base: str, paths: list[str]) -> set[str]:
     """The lines upstream added to ``paths`` between the two releases (renames followed)."""
     diff = git.run(vdir, "diff", "-M", old_base, new_base, "--", *paths)
@@ -140,23 +160,28 @@ def _show(vdir: Path, rev: str, path: str) -> str:
     return r.out if r.ok else ""
 
 
-def repeats(vdir: Path, original: str, replayed: str, old: str, new: str) -> list[diffs.Repeat]:
+def repeats(
+    vdir: Path, original: str, replayed: str, old: str, new: str, bases: tuple[str, str]
+) -> list[diffs.Repeat]:
     """The lines and statements the replayed commit ``new`` adds that the new release already
-    has elsewhere in the same file, more often than the old pin plus the patch intended
-    (diffs.repeats): ``old`` is the patch's commit on the old pin, so ``old^`` and ``new^``
-    are the two releases with the patches before this one, and ``old`` what the patch
-    intended."""
+    has elsewhere in the same file, more often than the old pin with the series intended
+    (diffs.repeats): ``old`` is the patch's commit on the old pin (what the series up to it
+    intended), ``bases`` the two plain releases (old pin, new release), whose difference
+    says which copies upstream added."""
     added = patchfile.added_lines(git.run(vdir, "show", "--format=", "-U0", new))
     if not added:
         return []
     back = {q: p for p, q in diffs.renames(original, replayed).items()}
+    old_base, new_base = bases
     after = {p: _show(vdir, new, p) for p in added}
-    new_before = {p: _show(vdir, f"{new}^", p) for p in added}
-    old_before = {p: _show(vdir, f"{old}^", back.get(p, p)) for p in added} if old else {}
+    new_plain = {p: _show(vdir, new_base, p) for p in added}
+    old_plain = {p: _show(vdir, old_base, back.get(p, p)) for p in added}
     old_after = {p: _show(vdir, old, back.get(p, p)) for p in added} if old else None
-    return diffs.repeats(added, after, new_before, old_before, old_after)
+    return diffs.repeats(added, after, new_plain, old_plain, old_after)
 
 
-def repeated(vdir: Path, original: str, replayed: str, old: str, new: str) -> list[str]:
+def repeated(
+    vdir: Path, original: str, replayed: str, old: str, new: str, bases: tuple[str, str]
+) -> list[str]:
     """``repeats`` as sentences, one per line or statement."""
-    return [r.sentence() for r in repeats(vdir, original, replayed, old, new)]
+    return [r.sentence() for r in repeats(vdir, original, replayed, old, new, bases)]

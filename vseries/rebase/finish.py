@@ -13,7 +13,7 @@ from vseries.pin import Artefact
 from vseries.rebase.contracts import Contracts
 from vseries.rebase.decide import CARRIED, CONFLICT, SKIPPED, TWICE, UPSTREAMED
 from vseries.rebase.report import report
-from vseries.rebase.state import FINISHING, NEXT, REFS, State, Store
+from vseries.rebase.state import FINISHING, REFS, State, Store
 from vseries.rebase.undo import OWN_REFS, drop_refs
 from vseries.workspace import Workspace
 
@@ -65,6 +65,16 @@ def record_upstreamed(ws: Workspace, st: State, notes: list[str]) -> None:
 def _move(ws: Workspace, st: State, notes: list[str]) -> None:
     """Move the series branch, pin, patches/, series and gitlink to the new release."""
     vdir, rel = ws.vllm, st.new
+    carried = [r for r in st.rows if r.new]
+    held = git.run(vdir, "rev-list", "--count", f"{rel.base}..HEAD")
+    if held != str(len(carried)):  # checked before anything moves: refresh exports HEAD's
+        raise SeriesError(
+            f"vllm/ HEAD holds {held} commits above {rel.tag}, but the rebase carried "
+            f"{len(carried)} patches (a commit made or removed in vllm/ outside a stop?); "
+            "nothing was moved",
+            "scripts/rebase.sh --abort   # puts everything back as before the rebase; then "
+            f"scripts/rebase.sh {rel.tag} again",
+        )
     stamp = st.stamp_now()
     if not ws.line:
         keep_line(ws, st, Store(ws), notes)
@@ -91,14 +101,7 @@ def _move(ws: Workspace, st: State, notes: list[str]) -> None:
     )
     refresh.refresh(prune=True, ws=ws)  # upstreamed and skipped patches leave the series
     header, _ = series.read(ws.series_file)
-    carried = [r for r in st.rows if r.new]
     new_entries = series.load(ws, validate=False)
-    if len(new_entries) != len(carried):
-        raise SeriesError(
-            f"refresh exported {len(new_entries)} patches but {len(carried)} "
-            "were carried; the state is kept",
-            NEXT,
-        )
     series.write(
         header,
         [series.Entry(e.name, c.options) for e, c in zip(new_entries, carried, strict=True)],

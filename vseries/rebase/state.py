@@ -19,7 +19,6 @@ from vseries.release import Release
 from vseries.workspace import Workspace
 
 REFS = "refs/vseries/rebase/"
-NEXT = "scripts/rebase.sh --continue | --skip | --abort"
 VERSION = 2
 
 # status: starting (materialising the release) -> replaying -> conflict | twice (stopped for
@@ -31,6 +30,20 @@ STARTING, REPLAYING, CONFLICT, TWICE, FINISHING = (
     "twice",
     "finishing",
 )
+
+
+def next_step(status: str) -> str:
+    """The ``next:`` line for a rebase in progress in ``status``: a command that works from
+    there first (--skip only where a patch waits for a person), the others after its #."""
+    if status in (CONFLICT, TWICE):
+        return (
+            "scripts/rebase.sh --continue   # once the stopped patch is dealt with; or --skip "
+            "(drops it) or --abort"
+        )
+    return (
+        "scripts/rebase.sh --continue   # goes on from the last decision; or --abort (puts "
+        "everything back)"
+    )
 
 
 @dataclass

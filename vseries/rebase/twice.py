@@ -34,7 +34,7 @@ def _spans(found: list[diffs.Repeat]) -> dict[str, list[tuple[int, int]]]:
 def stopped_repeats(vdir: Path, st: State, row: Row, text: str) -> list[diffs.Repeat]:
     """The repeats of the commit the stop left (``row.new``, still in vllm/'s objects)."""
     replayed = git.run(vdir, "show", "--format=", "--full-index", "-M", row.new)
-    return evidence.repeats(vdir, text, replayed, row.old, row.new)
+    return evidence.repeats(vdir, text, replayed, row.old, row.new, (st.old.commit, st.new.base))
 
 
 def nothing_left(vdir: Path, base: str, commit: str, found: list[diffs.Repeat]) -> bool:
@@ -109,6 +109,7 @@ def resume(ws: Workspace, st: State, store: Store, drop_repeats: bool = False) -
         drop(vdir, st, row, found)
     else:
         settle(vdir, st, row)
+        engine.fold(vdir, st)  # a fix committed on top: one commit per patch
     ev = Evidence(st.new.tag, st.old.tag, row.options.get("contract"), am="applied")
     head = git.rev(vdir, "HEAD")
     if head == st.head or git.ok(vdir, "diff", "--quiet", st.head, "HEAD"):
@@ -132,6 +133,10 @@ def resume(ws: Workspace, st: State, store: Store, drop_repeats: bool = False) -
         ev.resolved = True
     else:
         prefix, ev.repeats_kept = [], True
+    # a conflict fixed by hand before this stop stays said (the class too: not "clean")
+    earlier = [e for e in row.evidence if e.startswith("conflicted on the 3-way merge")]
+    ev.resolved = ev.resolved or bool(earlier)
+    prefix = earlier + prefix
     row.cls, row.evidence = "", []
     engine.carried(ws, st, store, row, text, ev, prefix)
     return engine.run(ws, st, store)

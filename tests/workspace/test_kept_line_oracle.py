@@ -1,0 +1,33 @@
+"""The kept v0.21.0 line's FP8 oracle patch: its own vLLM test file, run as the PR tool runs a
+patch's tests (CPU host, CUDA hidden), on the line's pin with its series applied (issue 43,
+item 5: the log line's reason names what decided, over every SM90 selection)."""
+
+import pytest
+from conftest import ROOT, clone_pinned
+
+from vseries import am, git, series
+from vseries import pin as pinmod
+from vseries.prs.checks import Checks, run_tests
+
+LINE = ROOT / "lines" / "v0.21.0"
+TEST = "tests/kernels/moe/test_fp8_oracle_hopper_default.py"
+
+
+@pytest.mark.slow
+def test_the_kept_line_s_oracle_log_names_what_decided(tmp_path, pristine_of):
+    """About a minute on 2 cores (the vLLM import). The 576-row test fails on the patch as it
+    was before issue 43 (30 rows named the wrong deciding rule, or none)."""
+    if not (LINE / "upstream.toml").exists():
+        pytest.skip("no kept line v0.21.0")
+    pin = pinmod.load(LINE / "upstream.toml")
+    tree = tmp_path / "vllm"
+    clone_pinned(pristine_of(pin), tree, pin.commit)
+    _, entries = series.read(LINE / "patches" / "series")
+    for e in entries:
+        am.am(tree, LINE / "patches" / e.name)
+        assert not git.in_progress(tree), e.name
+    checks = Checks()
+    run_tests(tree, [TEST], checks)
+    assert not checks.problems and not checks.failed, checks.problems
+    decided = [n for n in checks.passed if "test_hopper_log_names_what_decided" in n]
+    assert len(decided) == 8 and len(checks.passed) == 190, checks.passed
