@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Host side of an H200 session on the main line (v0.34.0 and its own torch 2.14.0 / Triton
-# 3.8.0 / NCCL 2.30.7 from the staged wheels, installed into /root/site ahead of the host's
-# torch 2.11.0), after the parts are in /root/stage. Phases (PHASES, default "check tests"):
+# Host side of a GPU run on the main line (v0.34.0 with torch 2.14.0 / Triton 3.8.0 / NCCL
+# 2.30.7: the host's own, or staged wheels installed into /root/site ahead of the host's
+# torch), on trees made by assemble.sh (from the parts in /root/stage) or linked by hand
+# (CONTRIBUTING.md "Run the GPU tiers"). Phases (PHASES, default "check tests"):
 #   check  assemble (once), then what runs: torch, Triton, NCCL, the release kernels loading,
 #          the GPU; the tree heads
 #   tests  the series' own vLLM tests on the series tree (GPU parts included), the GPU parts
@@ -21,8 +22,9 @@
 #   served benchmarks/served: waves of engine processes (served.sh), every process a record;
 #          WAVES names the waves to run (default "1 2 3 4")
 #   latency vLLM's own `vllm bench latency` (batch 1, 1024 output tokens) on base and series
-# Trees: /root/vllm-base (plain pin) and /root/vllm-series (vllm/ with the series). Each step
-# has its own timeout and the whole call ends within BUDGET seconds (default 560).
+# Trees: $TREE_ROOT/vllm-base (plain pin) and $TREE_ROOT/vllm-series (the series), TREE_ROOT
+# /root by default (lib.sh). Each step has its own timeout and the whole call ends within
+# BUDGET seconds (default 560).
 # Results and logs in $OUT (one tarball, one log).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -98,8 +100,8 @@ PY
       # test_moe.py beside its own, where they must fail), then benchmarks/ep_nan.py per
       # tree (numerics and the layer's time)
       t=tests/kernels/moe/test_moe_series.py
-      cp /root/vllm-series/tests/kernels/moe/test_moe.py "/root/vllm-series/$t"
-      cp /root/vllm-series/tests/kernels/moe/test_moe.py "/root/vllm-base/$t"
+      cp "$(tree_dir series)/tests/kernels/moe/test_moe.py" "$(tree_dir series)/$t"
+      cp "$(tree_dir series)/tests/kernels/moe/test_moe.py" "$(tree_dir base)/$t"
       for tr in series base; do
         run_in "$tr" 150 python3 -m pytest -q -p no:cacheprovider -rf "$t" \
           -k "ep_dynamic_tensor_scale or int8_dynamic_per_tensor" \
@@ -114,7 +116,7 @@ PY
       # the patched release wheel (scripts/wheel.sh, staged as part w1 by wheel_parts.py) installed
       # alone into /root/wsite; the contracts' GPU parts and the decode tests import it
       install_wheel
-      mkdir -p /root/wtests && cp -r /root/vllm-series/tests /root/wtests/ 2>/dev/null
+      mkdir -p /root/wtests && cp -r "$(tree_dir series)/tests" /root/wtests/ 2>/dev/null
       (cd "$ws" && PYTHONPATH="/root/wsite:$SITE:$ws" timeout 150 python3 -P -c \
         'import vllm, sys; print("vllm from", vllm.__file__, vllm.__version__)')
       (cd "$ws" && PYTHONPATH="/root/wsite:$SITE:$ws" timeout 150 python3 -P -m pytest -q \
@@ -125,9 +127,16 @@ PY
         --junitxml "$R/decode-wheel.xml") || echo "!!! wheel decode tests"
       ;;
     fi)
-      bash benchmarks/h200/flashinfer_fp8_link.sh /root/stage/pf "$SITE" >"$R/fi-link.log" 2>&1 ||
-        echo "!!! flashinfer link failed"
-      tail -n 4 "$R/fi-link.log"
+      # the module linked on the CPU machine (pf/fused_moe_90.so.gz), else linked here
+      aot=$SITE/flashinfer/data/aot/fused_moe_90
+      if ls /root/stage/pf/fused_moe_90.so.gz* >/dev/null 2>&1; then
+        mkdir -p "$aot" && cat /root/stage/pf/fused_moe_90.so.gz* | gunzip >"$aot/fused_moe_90.so"
+        ls -la "$aot"
+      else
+        bash benchmarks/h200/flashinfer_fp8_link.sh /root/stage/pf "$SITE" >"$R/fi-link.log" 2>&1 ||
+          echo "!!! flashinfer link failed"
+        tail -n 4 "$R/fi-link.log"
+      fi
       run_in base 60 python3 -c 'import flashinfer, vllm.utils.flashinfer as f; print("flashinfer", flashinfer.__version__, "cutlass fused moe:", f.has_flashinfer_cutlass_fused_moe())'
       run_in base 240 python3 -m pytest -q -p no:cacheprovider -rA \
         tests/kernels/moe/test_flashinfer.py -k "cutlass_moe_fp8_no_graph" \

@@ -6,6 +6,8 @@
 # tree: base or series (the staged trees), wheel (the patched release wheel in /root/wsite).
 # Each process: $R/served/<name>.json (its record) and <name>.log (its stderr).
 # shellcheck shell=bash
+# shellcheck source=benchmarks/h200/lib.sh
+. benchmarks/h200/lib.sh
 served_env=(VLLM_USE_DEEP_GEMM=0 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_CACHE_ROOT=/root/vcache
   PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false)
 served_wave() {
@@ -23,6 +25,8 @@ served_wave() {
   for spec in "$@"; do
     IFS=: read -r name tree flavour trace <<<"$spec"
     if [ "$tree" = wheel ]; then path="/root/wsite:$SITE:$ws"; else path=$(tree_path "$tree"); fi
+    # the engine reads its own stderr file at the end (--log: the backend lines)
+    # shellcheck disable=SC2094
     (cd "$ws" && env "${served_env[@]}" PYTHONPATH="$path" timeout "$limit" python3 -P -m \
       benchmarks.served.engine --name "$name" --tree "$tree" --flavour "$flavour" \
       --turns "$dir" --index "$i" --count "$n" ${trace:+--trace} \
@@ -31,7 +35,23 @@ served_wave() {
     pids+=($!)
     i=$((i + 1))
   done
-  wait "${pids[@]}"
+  # a process that ended (finished, crashed or killed) is marked gone, so that the rest of
+  # the wave never waits for it
+  local left=$n j
+  local -A marked=()
+  while [ "$left" -gt 0 ]; do
+    sleep 2
+    for j in "${!pids[@]}"; do
+      if [ -z "${marked[$j]:-}" ] && ! kill -0 "${pids[$j]}" 2>/dev/null; then
+        marked[$j]=1
+        left=$((left - 1))
+        echo "engine $j of wave $wave ended at ${SECONDS}s"
+        (cd "$ws" && PYTHONPATH="$ws" python3 -P -m benchmarks.served.turns "$dir" \
+          --index "$j" --count "$n")
+      fi
+    done
+  done
+  wait
   for spec in "$@"; do
     name=${spec%%:*}
     tail -n 2 "$R/served/$name.out" 2>/dev/null | cut -c1-300

@@ -112,6 +112,8 @@ def build_llm(args, model: Path, profile_dir: str | None):
         max_num_batched_tokens=args.max_batched_tokens,
         max_num_seqs=max(BATCHES),
         kv_cache_memory_bytes=args.kv_gib << 30,
+        # several engines share the GPU: each checks at start that this share is free
+        gpu_memory_utilization=args.gpu_share,
         seed=0,
         enable_prefix_caching=False,
         disable_log_stats=False,
@@ -196,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", default="1:2,4:2,8:1,16:1", help="batch:repetitions,...")
     ap.add_argument("--max-batched-tokens", type=int, default=2048)
     ap.add_argument("--kv-gib", type=int, default=2)
+    ap.add_argument("--gpu-share", type=float, default=0.14, help="gpu_memory_utilization")
     ap.add_argument("--turns", required=True, help="the wave's folder (benchmarks.served.turns)")
     ap.add_argument("--index", type=int, required=True)
     ap.add_argument("--count", type=int, required=True)

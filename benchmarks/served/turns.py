@@ -19,7 +19,9 @@ import time
 from pathlib import Path
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int | None) -> bool:
+    if not pid or pid <= 0:  # a process marked gone by its parent (``gone``)
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -95,6 +97,17 @@ class Turns:
                 raise TimeoutError(f"process {self.index}: no turn within {timeout_s:.0f} s")
             time.sleep(self.poll_s)
 
+    def gone(self) -> None:
+        """Mark this index as joined and finished without a live process: its parent says so
+        when the process ended (a crash, a kill), so the wave neither waits for it nor passes
+        it the turn."""
+        with self._state() as s:
+            s["joined"].setdefault(str(self.index), 0)
+            if self.index not in s["done"]:
+                s["done"].append(self.index)
+            if s["turn"] == self.index or s["turn"] is None:
+                s["turn"] = self._next(s, self.index)
+
     def give(self, finished: bool = False) -> None:
         """Pass the turn on; ``finished``: this process takes no more turns."""
         with self._state() as s:
@@ -102,3 +115,19 @@ class Turns:
                 s["done"].append(self.index)
             nxt = self._next(s, self.index)
             s["turn"] = nxt if nxt is not None else self.index
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="mark a process of a wave gone (its parent's call)")
+    ap.add_argument("folder", type=Path)
+    ap.add_argument("--index", type=int, required=True)
+    ap.add_argument("--count", type=int, required=True)
+    a = ap.parse_args(argv)
+    Turns(a.folder, a.index, a.count).gone()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

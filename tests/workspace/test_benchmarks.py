@@ -372,3 +372,29 @@ def test_fp8_oracle_labels_flashinfer_without_its_autotune():
         text=True,
     )
     assert p.returncode == 0 and "--no-autotune" in p.stdout
+
+
+def test_backends_report_puts_flashinfer_beside_triton_and_the_series(tmp_path):
+    """moe_backends_report: per (shape, scales, M) v0.34.0's TRITON and FLASHINFER_CUTLASS
+    layers beside the series'; the speed-up is against what the oracle picks by default
+    (FLASHINFER_CUTLASS for static, TRITON for dynamic scales)."""
+    from benchmarks import moe_backends_report as mbr
+
+    def row(variant, dtype, m, us, pct):
+        return results.Row("moe_layer", "qwen3-30b-a3b", dtype, m, variant, us, us, us, 1, pct)
+
+    head = {"bench": "moe_layer", "gpu": "NVIDIA H200", "read_bandwidth_Bps": 4.3e12}
+    results.write(tmp_path / "b.json", {**head, "variant": "base"},
+                  [row("default", "static", 1, 25.0, 30), row("flashinfer", "static", 1, 40.0, 20),
+                   row("default", "dynamic", 1, 36.0, 24)])  # fmt: skip
+    results.write(tmp_path / "s.json", {**head, "variant": "series"},
+                  [row("default", "static", 1, 20.0, 40), row("default", "dynamic", 1, 20.0, 42),
+                   row("decode16", "dynamic", 1, 20.0, 42)])  # fmt: skip
+    text, points = mbr.table(mbr.load([tmp_path / "b.json"]), mbr.load([tmp_path / "s.json"]))
+    static = next(ln for ln in text.splitlines() if "| static | 1 |" in ln)
+    dynamic = next(ln for ln in text.splitlines() if "| dynamic | 1 |" in ln)
+    # static: default is FlashInfer (40 us): 2.00x; against TRITON (25 us): 1.25x
+    assert "| 25.0, 30% | 40.0, 20% | 20.0, 40% | 2.00x | 1.25x | - |" in static
+    # dynamic: no FlashInfer layer; default is TRITON (36 us): 1.80x twice
+    assert "| 36.0, 24% | - | 20.0, 42% | 1.80x | 1.80x | 20.0, 42% |" in dynamic
+    assert {p["dtype"]: p["flashinfer"] for p in points} == {"static": 20, "dynamic": None}

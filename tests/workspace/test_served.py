@@ -210,3 +210,13 @@ def test_report_shows_a_failed_process(tmp_path):
     ok = _record(tmp_path, "b1", "base", "fp8dyn", [2.1], [[1]])
     text, _ = report.build([ok, p], [], "qwen3-30b-a3b")
     assert "| x | - | - | failed: RuntimeError('boom') |" in text
+
+
+def test_a_process_marked_gone_completes_the_wave_and_loses_the_turn(tmp_path):
+    a = turns.Turns(tmp_path, 0, 2)
+    a.join()
+    with a._state() as s:  # noqa: SLF001  (process 1 holds the turn, then crashes)
+        s["turn"] = 1
+    turns.main([str(tmp_path), "--index", "1", "--count", "2"])  # its parent marks it gone
+    assert a.wait_all(0.5) == [0, 1]
+    a.take(timeout_s=1)

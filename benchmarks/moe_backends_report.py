@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Table and plot of ``bench_moe_layer.py`` runs with every backend beside the series.
+
+Per (shape, scales, M): v0.34.0's TRITON layer (``default`` of the base tree), v0.34.0's
+FLASHINFER_CUTLASS layer autotuned (``flashinfer``, static scales only: v0.34.0 gives it no
+dynamic per-tensor layer), the layer a v0.34.0 user gets by default on an H200 with FlashInfer
+installed (the oracle's first choice: FLASHINFER_CUTLASS for static, TRITON for dynamic), the
+series (``default`` of the series tree) and, where run, the series' decode path taken at every
+batch up to 16 tokens (``decode16``). Each cell: median us of the run (range over runs when
+several) and % of the read roofline measured in the same run.
+
+    python benchmarks/moe_backends_report.py --base moe_layer-base-*.json \\
+        --series moe_layer-series-*.json --out benchmarks/results/moe_backends_v0.34.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+from benchmarks import plots
+from vseries import results
+
+# the backend v0.34.0's FP8 oracle picks on SM90 without EP, FlashInfer installed
+DEFAULT_BACKEND = {"static": "flashinfer", "dynamic": "default"}
+
+
+def load(paths: list[str]) -> dict[tuple, list[dict]]:
+    """(shape, scales, M, variant) -> the rows of every run that has it."""
+    out: dict[tuple, list[dict]] = {}
+    for p in sorted(paths):
+        _, rows = results.load(p)
+        for r in rows:
+            if r.get("us"):
+                out.setdefault((r["shape"], r["dtype"], r["m"], r["variant"]), []).append(r)
+    return out
+
+
+def cell(rows: list[dict] | None) -> str:
+    if not rows:
+        return "-"
+    us = [r["us"] for r in rows]
+    pct = statistics.median(r["roofline_pct"] for r in rows)
+    rng = f" ({min(us):.1f}-{max(us):.1f})" if len(us) > 1 else ""
+    return f"{statistics.median(us):.1f}{rng}, {pct:.0f}%"
+
+
+def med(rows: list[dict] | None, key: str = "us") -> float | None:
+    return statistics.median(r[key] for r in rows) if rows else None
+
+
+def table(base: dict, series: dict) -> tuple[str, list[dict]]:
+    keys = sorted({k[:3] for k in series} | {k[:3] for k in base})
+    head = ["shape", "scales", "M", "v0.34.0 TRITON us, % roofline",
+            "v0.34.0 FLASHINFER_CUTLASS (autotuned)", "series", "series vs v0.34.0 default",
+            "series vs TRITON", "series, decode path to 16 tokens"]  # fmt: skip
+    lines, points = [], []
+    for shape, dtype, m in keys:
+        tri = base.get((shape, dtype, m, "default"))
+        fi = base.get((shape, dtype, m, "flashinfer"))
+        ser = series.get((shape, dtype, m, "default"))
+        dec = series.get((shape, dtype, m, "decode16"))
+        dflt = fi if DEFAULT_BACKEND[dtype] == "flashinfer" and fi else tri
+        s_us = med(ser)
+
+        def ratio(rows, s_us=s_us):
+            return f"{med(rows) / s_us:.2f}x" if rows and s_us else "-"
+
+        lines.append([shape, dtype, m, cell(tri), cell(fi), cell(ser), ratio(dflt), ratio(tri),
+                      cell(dec)])  # fmt: skip
+        points.append({"shape": shape, "dtype": dtype, "m": m,
+                       **{k: med(v, "roofline_pct") for k, v in
+                          (("triton", tri), ("flashinfer", fi), ("series", ser),
+                           ("decode16", dec))}})  # fmt: skip
+    return results.markdown_table(head, lines), points
+
+
+def plot(points: list[dict], out: Path) -> None:
+    panels = sorted({(p["shape"], p["dtype"]) for p in points})
+    fig, axes = plots.grid(1, len(panels), (4.2, 3.6))
+    colours = {"triton": "grey", "flashinfer": "tab:green", "series": "tab:blue",
+               "decode16": "tab:orange"}  # fmt: skip
+    for ax, (shape, dtype) in zip(axes[0], panels, strict=True):
+        pts = sorted((p for p in points if (p["shape"], p["dtype"]) == (shape, dtype)),
+                     key=lambda p: p["m"])  # fmt: skip
+        for k, c in colours.items():
+            xy = [(p["m"], p[k]) for p in pts if p[k] is not None]
+            if xy:
+                ax.plot(*zip(*xy, strict=True), "o-", ms=3, color=c, label=k)
+        plots.roofline_axis(ax, f"{shape}, {dtype}", "tokens (M)")
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(0, 100)
+    axes[0][0].legend(fontsize=7)
+    plots.save(fig, out, "Per-tensor FP8 MoE layer on an H200: v0.34.0's backends and the series")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--base", nargs="+", required=True)
+    ap.add_argument("--series", nargs="+", required=True)
+    ap.add_argument("--out", required=True, help="path without suffix: .md and .png are written")
+    ap.add_argument("--command", default="", help="the H200 command that made the runs")
+    a = ap.parse_args()
+    base, series = load(a.base), load(a.series)
+    head, _ = results.load(sorted(a.series)[0])
+    text, points = table(base, series)
+    bw = head.get("read_bandwidth_Bps") or 0
+    md = (
+        "# FP8 MoE layer on v0.34.0: its backends and the series\n\n"
+        f"{len(a.base)} run(s) of v0.34.0 and {len(a.series)} of the series, one H200 "
+        f"({head.get('gpu')}), torch {head.get('torch')}, Triton {head.get('triton')}; read "
+        f"bandwidth {bw / 1e12:.2f} TB/s measured in the same run. The layer as vLLM's FP8 "
+        "oracle builds it (the modular kernel: prepare, experts, finalize), per-tensor FP8 "
+        "weights, static or dynamic per-tensor activation scales; CUDA-graph replay with 8 "
+        "routings cycled; median of 30 replays. v0.34.0's default on an H200 with FlashInfer: "
+        "FLASHINFER_CUTLASS for static scales (autotuned by FlashInfer's own autotuner for "
+        "the batch buckets up to 64 before timing, as vLLM's start-up does), TRITON for dynamic "
+        "scales (FLASHINFER_CUTLASS takes no dynamic per-tensor layer).\n\n"
+        f"{text}\n\n![plot]({Path(a.out).name}.png)\n\n"
+        f"Made by: `{a.command or 'see benchmarks/results/README.md'}`; table: "
+        f"`python benchmarks/moe_backends_report.py --base {' '.join(a.base)} --series "
+        f"{' '.join(a.series)} --out {a.out}`\n"
+    )
+    Path(a.out + ".md").write_text(md)
+    plot(points, Path(a.out + ".png"))
+    print(a.out + ".md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

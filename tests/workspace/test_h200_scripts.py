@@ -1,0 +1,63 @@
+"""The GPU host scripts find their trees where lib.sh says ($TREE_ROOT/vllm-<tree>), so that
+the trees CONTRIBUTING.md links by hand on a host with a package index serve as well as the
+staged ones; and a tree holding only vLLM's vllm/ and tests/ leaves `benchmarks` to the
+workspace, as CONTRIBUTING.md says."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+HOST_SCRIPTS = ["moved.sh", "run.sh", "kernels.sh"]
+
+
+@pytest.mark.parametrize("script", HOST_SCRIPTS)
+def test_host_scripts_reach_the_trees_through_tree_dir(script):
+    text = (ROOT / "benchmarks" / "h200" / script).read_text()
+    code = [x for x in text.splitlines() if not x.lstrip().startswith("#")]
+    named = [x.strip() for x in code if "/root/vllm-" in x]
+    assert not named, f"{script} names a tree folder instead of $(tree_dir NAME): {named}"
+
+
+def imported_in(tree_root, tree: str) -> list[str]:
+    """Where `vllm` and `benchmarks` come from in a step lib.sh runs inside TREE."""
+    probe = (
+        "import os, vllm, benchmarks; "
+        "print(os.path.realpath(vllm.__file__)); print(benchmarks.__file__)"
+    )
+    step = f'run_in {tree} 110 python3 -c "{probe}"'
+    out = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f". benchmarks/h200/lib.sh; deadline=$((SECONDS + 120)); {step}",
+        ],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "TREE_ROOT": str(tree_root),
+            "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
+        },
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [x for x in out.splitlines() if x.startswith("/")]
+
+
+@pytest.mark.slow
+def test_a_linked_tree_serves_the_host_scripts(tmp_path):
+    src = ROOT / "vllm"
+    if not (src / "vllm" / "__init__.py").exists():
+        pytest.skip("vllm/ is not materialised (scripts/setup.sh)")
+    (tmp_path / "vllm-series").mkdir()
+    for part in ("vllm", "tests"):  # the recipe of CONTRIBUTING.md "Run the GPU tiers"
+        (tmp_path / "vllm-series" / part).symlink_to(src / part)
+    assert imported_in(tmp_path, "series") == [
+        str((src / "vllm" / "__init__.py").resolve()),
+        str(ROOT / "benchmarks" / "__init__.py"),
+    ]
+    (tmp_path / "vllm-whole").symlink_to(src)  # the whole checkout: vLLM's benchmarks/ shadows
+    assert imported_in(tmp_path, "whole")[1] == str(src / "benchmarks" / "__init__.py")
