@@ -173,6 +173,8 @@ def test_base_option_puts_the_branch_on_that_ref(tiny):
 
 
 SUBMITTER = "Sub Mitter <sub@mitter.invalid>"
+RELATION = "## Relation to open work\n\nNone open.\n\n"
+AI = "Co-authored-by: Claude"
 
 
 def as_submitter(root: Path) -> None:
@@ -185,7 +187,7 @@ def test_branches_carry_no_signoff_and_commands_sh_refuses_them_unsigned(tiny, t
     """The patch file's sign-off (the patches' author, here a team alias) does not go
     upstream: the branch is unsigned, the body names no signer, checks.txt says who signs,
     and commands.sh stops before pushing a branch its author has not signed off."""
-    add(tiny, write("b.py", "x = 6\n"), "[Core] six\n\nWhy.\n\nCo-authored-by: Claude")
+    add(tiny, write("b.py", "x = 6\n"), "[Core] six\n\nWhy.\n\n" + RELATION + AI)
     [pr] = prs.prs(hooks=False, tests=False)
     assert pr.ok and pr.checks.signers == []
     msg = git(tiny / "vllm", "log", "-1", "--format=%B", pr.branch)
@@ -204,7 +206,7 @@ def test_branches_carry_no_signoff_and_commands_sh_refuses_them_unsigned(tiny, t
 
 
 def test_sign_signs_each_branch_off_as_the_submitter_who_becomes_its_author(tiny, tmp_path):
-    add(tiny, write("b.py", "x = 7\n"), "[Core] seven\n\nWhy.\n\nCo-authored-by: Claude")
+    add(tiny, write("b.py", "x = 7\n"), "[Core] seven\n\nWhy.\n\n" + RELATION + AI)
     as_submitter(tiny)
     [pr] = prs.prs(hooks=False, tests=False, sign=True)
     assert pr.ok and pr.checks.signers == [SUBMITTER]
@@ -829,6 +831,16 @@ def test_a_benchmark_naming_a_workspace_path_is_left_out_and_checks_say_why(tiny
     assert "benchmark moe left out of the body: it names the workspace's python -m " in said
 
 
+def test_an_ai_assisted_message_without_its_relation_to_open_work_is_not_ready(tiny):
+    """vLLM's AGENTS.md: an AI-assisted PR says why it is not a duplicate of open work."""
+    p = add(tiny, write("b.py", "x = 22\n"), "[Core] twenty-two\n\nWhy.\n\n" + AI)
+    [pr] = prs.prs(hooks=False, tests=False)
+    assert not pr.ok and "no '## Relation to open work' section" in pr.problems[0]
+    p.write_text(p.read_text().replace("Why.\n", "Why.\n\n" + RELATION.strip() + "\n"))
+    [pr] = prs.prs(hooks=False, tests=False)
+    assert pr.ok
+
+
 def test_a_body_that_names_a_workspace_path_is_not_ready(tiny):
     (tiny / "benchmarks" / "h200").mkdir(parents=True)
     (tiny / "benchmarks" / "h200" / "moved.sh").write_text("true\n")
@@ -848,7 +860,7 @@ def test_checklist_boxes_are_ticked_by_a_current_pr_checklist_report_only(tiny):
         tiny,
         {".github/PULL_REQUEST_TEMPLATE.md": (FIXTURE / "PULL_REQUEST_TEMPLATE.md").read_text()},
     )
-    p = add(tiny, write("b.py", "x = 20\n"), "[Core] twenty\n\nWhy.\n\nCo-authored-by: Claude")
+    p = add(tiny, write("b.py", "x = 20\n"), "[Core] twenty\n\nWhy.\n\n" + RELATION + AI)
 
     def boxes() -> list[str]:
         prs.prs(hooks=False, tests=False)

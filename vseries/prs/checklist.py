@@ -12,6 +12,9 @@ Quality and Style, Pull Request Contents). A box is ticked here only on evidence
   --stable`` of the patch file, which ``scripts/prs.sh`` prints when it is missing or stale)
   and has one ``## <box name>`` section per review box whose first line is ``met: ...`` or
   ``not met: ...``. A stale report ticks nothing: the patch changed since it was written.
+
+vLLM's AGENTS.md also asks every AI-assisted PR to say why it is not a duplicate of open
+work: ``agents_gaps`` names a message that does not (no ``## Relation to open work``).
 """
 
 import re
@@ -25,6 +28,7 @@ PATCH_ID = re.compile(r"^patch-id:\s*([0-9a-f]{40})\s*$", re.M)
 SECTION = re.compile(r"^## (.+?)\s*\n+\s*(not met|met)\b", re.M | re.I)
 BOX = re.compile(r"^- \[ \] (.*)$", re.M)
 NAMED = re.compile(r"\*\*(.+?):\*\*")
+RELATION = re.compile(r"^#+\s*Relation to open work\s*$", re.M | re.I)
 
 
 @dataclass
@@ -103,3 +107,15 @@ def note(review: Review | None, slug: str, patch_id: str) -> str:
             "the skill again"
         )
     return f"/pr-checklist: {review.path} (current); met: {', '.join(sorted(review.met)) or '-'}"
+
+
+def agents_gaps(message: str, coauthors: list[str]) -> list[str]:
+    """What vLLM's AGENTS.md asks of an AI-assisted PR description that the patch message
+    lacks (empty for a message without an AI co-author)."""
+    if not is_ai(coauthors) or RELATION.search(message):
+        return []
+    return [
+        "vLLM's AGENTS.md asks an AI-assisted PR to say why it is not a duplicate of open "
+        "work: the message has no '## Relation to open work' section (the open PRs searched "
+        "for and how this one differs; git -C vllm commit --amend, then scripts/refresh.sh)"
+    ]

@@ -148,6 +148,7 @@ def write(
         (d / "title.txt").write_text(title + "\n")
         text = prbody.body(pr.info, label, benches, names, pr.checks, template, review)
         (d / "body.md").write_text(text)
+        pr.problems += checklist.agents_gaps(pr.info.message, pr.info.coauthors)
         bad = foreign(text)
         if bad:
             pr.problems.append(
