@@ -14,7 +14,7 @@ patch only, never on the base or on plain upstream, where they could not fail.
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vseries import git, pytestrun, series, upstreamed, worktree
+from vseries import git, pytestrun, retired, series, worktree
 from vseries.errors import SeriesError
 from vseries.pytestrun import Case
 from vseries.workspace import Workspace
@@ -98,10 +98,11 @@ def check_all(ws: Workspace, base: bool = True) -> list[tuple[series.Entry, Resu
     return rows
 
 
-def check_upstreamed(ws: Workspace) -> list[tuple[upstreamed.Record, Result]]:
-    """The contracts of the patches upstream took (patches/upstreamed.toml), on the plain pin:
-    each must pass there (a guard: a failure means upstream regressed or reverted it)."""
-    records = [r for r in upstreamed.load(ws) if r.contract]
+def check_upstreamed(ws: Workspace) -> list[tuple[retired.Record, Result]]:
+    """The contracts of the patches upstream took (patches/retired.toml, kind upstreamed), on
+    the plain pin: each must pass there (a guard: a failure means upstream regressed or
+    reverted it). A dropped patch's contract is not run: it fails on the pin by design."""
+    records = [r for r in retired.load(ws) if r.guard]
     if not records:
         return []
     base_dir = worktree.base_tree(ws)
@@ -119,6 +120,15 @@ def report_upstreamed(rows) -> bool:
         print(f"    upstreamed at {r.left_at}{', taken in ' + r.taken_in if r.taken_in else ''}")
         print(f"    pin:     {res.line}")
     return good
+
+
+def report_dropped(ws: Workspace) -> None:
+    """Name the patches dropped by hand (patches/retired.toml, kind dropped): their contracts
+    are not run (they fail on the pin by design)."""
+    for r in retired.load(ws):
+        if r.kind == retired.DROPPED:
+            print(f"{r.name[:58]:58} {'-':10} {'-':10} dropped at {r.left_at}: not run")
+            print(f"    why: {r.why.splitlines()[0][:200]}")
 
 
 def check_one(
@@ -157,6 +167,7 @@ def main(args) -> int:
     ok = report(check_all(ws, base=not args.patched_only))
     if not args.patched_only:
         ok = report_upstreamed(check_upstreamed(ws)) and ok
+        report_dropped(ws)
     return 0 if ok else 1
 
 

@@ -1,11 +1,12 @@
 """The series check behind the pre-commit hook: every series entry exists and is a patch,
-every patch file is listed, each carries a DCO Signed-off-by and names a contract test.
+every patch file is listed, each carries a DCO Signed-off-by and names a contract test, and
+the records of the patches that left the series (patches/retired.toml) are sound.
 Standard library only (pre-commit runs it with the system python3)."""
 
 import re
 import sys
 
-from vseries import series
+from vseries import retired, series
 from vseries.errors import SeriesError
 from vseries.workspace import Workspace
 
@@ -17,7 +18,7 @@ def problems(ws: Workspace | None = None) -> list[str]:
         entries = series.load(ws)
     except SeriesError as e:
         return [str(e)]
-    out = []
+    out = retired.problems(ws)
     for e in entries:
         text = e.path.read_text(errors="replace")
         if not re.search(r"^Signed-off-by: .+ <.+>$", text, re.M):

@@ -69,7 +69,8 @@ def tier_workspace(ws: Workspace, fast: bool) -> bool:
 
 def tier_contract(ws: Workspace, fast: bool) -> bool:
     """Every patch's contract, base vs patched, for this line and (on the main line) for each
-    kept line (``lines/<tag>/``); the contracts of upstreamed patches on the plain pin."""
+    kept line (``lines/<tag>/``); the contracts of upstreamed patches on the plain pin (dropped
+    patches are named, not run)."""
     good = True
     for line in [ws, *([] if ws.line else ws.lines())]:
         pin = pinmod.load(line.pin_file)
@@ -79,6 +80,7 @@ def tier_contract(ws: Workspace, fast: bool) -> bool:
         if guards:
             print(f"upstreamed patches{line.label}: their contracts on plain {pin.tag}")
             good = contract.report_upstreamed(guards) and good
+        contract.report_dropped(line)
     return good
 
 

@@ -18,7 +18,7 @@
 #   layer  benchmarks/bench_moe_layer.py, M = 1..16 and 64: base (TRITON and, with
 #          FlashInfer, FLASHINFER_CUTLASS autotuned), series (default, general, decode16);
 #          trees alternating base, series (ROUNDS, default 1)
-#   epcost benchmarks/ep_nan.py --time-only on base, base+0003, base+0006, series (EP_TREES)
+#   epcost benchmarks/ep_nan.py --time-only on base, base+0002, base+0005, series (EP_TREES)
 #   served benchmarks/served: waves of engine processes (served.sh), every process a record;
 #          WAVES names the waves to run (default "1 2 3 4")
 #   latency vLLM's own `vllm bench latency` (batch 1, 1024 output tokens) on base and series
@@ -74,7 +74,6 @@ PY
       run_in series 150 python3 -m pytest -q -p no:cacheprovider \
         tests/kernels/moe/test_fused_moe_jit_warmup.py tests/kernels/moe/test_fused_moe_tuned_configs.py \
         tests/kernels/moe/test_fp8_oracle_hopper_default.py \
-        tests/kernels/test_fused_inv_rope_fp8_quant.py -k "not einsum" \
         --junitxml "$R/others-series.xml"
       for t in series base; do
         run_ws "$t" 120 python3 -P -m pytest -q -p no:cacheprovider -m contract -rA \
@@ -97,7 +96,7 @@ PY
         --junitxml "$R/warmup-series.xml"
       ;;
     epnan)
-      # 0006's and 0007's vLLM tests (in test_moe.py) on both trees (base: the series'
+      # 0005's vLLM tests (in test_moe.py) on both trees (base: the series'
       # test_moe.py beside its own, where they must fail), then benchmarks/ep_nan.py per
       # tree (numerics and the layer's time)
       t=tests/kernels/moe/test_moe_series.py
@@ -155,19 +154,19 @@ PY
     epcost)
       # which patch makes the series' fused_experts under EP slower than v0.34.0's: trees
       # of the base with one patch each (patch -p1 on a copy of the base; its tests left out)
-      for n in ${EP_PATCHES:-0003 0006}; do
+      for n in ${EP_PATCHES:-0002 0005}; do
         d=$(tree_dir "p$n")
         [ -d "$d" ] && continue
         cp -a "$(tree_dir base)" "$d"
         filterdiff_tests() { awk '/^diff --git a\/tests\//{skip=1} /^diff --git a\/vllm\//{skip=0} !skip'; }
         filterdiff_tests <patches/"$n"-*.patch | (cd "$d" && patch -p1 -s) || echo "!!! p$n did not apply"
       done
-      for t in ${EP_TREES:-base p0006 p0003 series}; do
+      for t in ${EP_TREES:-base p0005 p0002 series}; do
         run_ws "$t" 90 python3 -P -m benchmarks.ep_nan --variant "$t" --time-only \
           --out "$R/epcost-$t.json"
       done
       run_ws series 30 python3 -P -m benchmarks.ep_nan --compare "$R"/epcost-base.json \
-        "$R"/epcost-p0006.json "$R"/epcost-p0003.json "$R"/epcost-series.json
+        "$R"/epcost-p0005.json "$R"/epcost-p0002.json "$R"/epcost-series.json
       ;;
     served)
       install_wheel

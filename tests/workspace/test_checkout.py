@@ -45,7 +45,9 @@ def test_autocrlf_clone_runs_the_scripts_and_keeps_patches(tmp_path, pristine, p
     assert [s for s in scripts if b"\r" in s.read_bytes()] == []
     clone_pinned(pristine, clone / "vllm", pin.commit)
     env = script_env(clone, tmp_path / "venv")
-    patches = {p.name: p.read_bytes() for p in (src / "patches").iterdir()}
+    patches = {
+        str(p.relative_to(src)): p.read_bytes() for p in (src / "patches").rglob("*") if p.is_file()
+    }
 
     p = subprocess.run(["scripts/apply.sh"], cwd=clone, env=env, capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -58,7 +60,11 @@ def test_autocrlf_clone_runs_the_scripts_and_keeps_patches(tmp_path, pristine, p
         ["bash", "scripts/refresh.sh"], cwd=clone, env=env, capture_output=True, text=True
     )
     assert p.returncode == 0, p.stdout + p.stderr
-    assert {p.name: p.read_bytes() for p in (clone / "patches").iterdir()} == patches
+    assert {
+        str(p.relative_to(clone)): p.read_bytes()
+        for p in (clone / "patches").rglob("*")
+        if p.is_file()
+    } == patches
     assert git(clone, "status", "--porcelain", "--", "patches", "scripts", ".ci") == ""
     # _venv.sh found its stamp current: nothing was installed into the shared interpreter
     assert "installing the workspace requirements" not in p.stdout + p.stderr

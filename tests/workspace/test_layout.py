@@ -31,7 +31,7 @@ BASE = {
     "vseries.patchfile",
     "vseries.release",
     "vseries.series",
-    "vseries.upstreamed",
+    "vseries.retired",
     "vseries.image",
     "vseries.am",
     "vseries.worktree",

@@ -160,17 +160,18 @@ def test_a_patch_file_linked_out_of_patches_is_refused(tiny, tmp_path):
     assert outside.read_bytes() == before
 
 
-def test_an_upstreamed_record_s_contract_gets_the_same_check(tiny):
-    """patches/upstreamed.toml names contracts that keep running on the pin as guards: a
-    record's contract that a symbolic link leads out of tests/ is refused like a series
-    line's."""
-    from vseries import upstreamed
+@pytest.mark.parametrize("records", ["retired.toml", "upstreamed.toml"])
+def test_a_retired_record_s_contract_gets_the_same_check(tiny, records):
+    """patches/retired.toml (and its old name upstreamed.toml) names contracts that keep
+    running on the pin as guards: a record's contract that a symbolic link leads out of
+    tests/ is refused like a series line's."""
+    from vseries import retired
     from vseries.workspace import Workspace
 
     (tiny / "tests").mkdir()
     (tiny / "tests" / "evil").symlink_to("/etc")
-    (tiny / "patches" / "upstreamed.toml").write_text(
+    (tiny / "patches" / records).write_text(
         '[[patch]]\nname = "0001-a.patch"\nsubject = "[P] a"\ncontract = "tests/evil/passwd"\n'
     )
     with pytest.raises(SeriesError, match="is not a test file under tests/"):
-        upstreamed.load(Workspace(tiny))
+        retired.load(Workspace(tiny))

@@ -26,9 +26,9 @@ from vseries import git as vgit
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
 from vseries.prs import body as prbody
+from vseries.prs import branches, checklist, paths, publish, results
 from vseries.prs import checks as prchecks
 from vseries.prs import comment as prcomment
-from vseries.prs import publish, results
 from vseries.prs.checks import Checks
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -99,7 +99,7 @@ def test_one_branch_per_patch_alone_trailer_stripped_series_untouched(tiny):
         assert git(vdir, "rev-parse", f"{pr.branch}^") == pinned  # alone on the base
         msg = git(vdir, "log", "-1", "--format=%B", pr.branch)
         assert msg.startswith("[Perf][Kernel] ")  # tags kept (am -k)
-        assert "Upstream-Status" not in msg and "Signed-off-by: t <t@t>" in msg
+        assert "Upstream-Status" not in msg and "Signed-off-by" not in msg  # the submitter signs
     assert vgit.patch_id(vdir, git(vdir, "show", done[0].branch) + "\n") == vgit.patch_id(
         vdir, p1.read_text()
     )  # the same change
@@ -172,20 +172,91 @@ def test_base_option_puts_the_branch_on_that_ref(tiny):
 # --- DCO ---------------------------------------------------------------------------------------
 
 
+SUBMITTER = "Sub Mitter <sub@mitter.invalid>"
+RELATION = "## Relation to open work\n\nNone open.\n\n"
+AI = "Co-authored-by: Claude"
+
+
+def as_submitter(root: Path) -> None:
+    """vllm/'s own git identity: the person who submits (not the patches' author t <t@t>)."""
+    git(root / "vllm", "config", "user.name", "Sub Mitter")
+    git(root / "vllm", "config", "user.email", "sub@mitter.invalid")
+
+
+def test_branches_carry_no_signoff_and_commands_sh_refuses_them_unsigned(tiny, tmp_path):
+    """The patch file's sign-off (the patches' author, here a team alias) does not go
+    upstream: the branch is unsigned, the body names no signer, checks.txt says who signs,
+    and commands.sh stops before pushing a branch its author has not signed off."""
+    add(tiny, write("b.py", "x = 6\n"), "[Core] six\n\nWhy.\n\n" + RELATION + AI)
+    [pr] = prs.prs(hooks=False, tests=False)
+    assert pr.ok and pr.checks.signers == []
+    msg = git(tiny / "vllm", "log", "-1", "--format=%B", pr.branch)
+    assert "Signed-off-by" not in msg and "Co-authored-by: Claude" in msg
+    out = tiny / "out/prs/0001"
+    assert "Signed-off-by" not in (out / "body.md").read_text()
+    assert "t <t@t>" not in (out / "body.md").read_text()
+    assert "DCO: not signed off: the person who submits" in (out / "checks.txt").read_text()
+    assert "scripts/prs.sh --sign" in (tiny / "out/prs/README.md").read_text()
+    fork = tmp_path / "fork.git"
+    git(tmp_path, "init", "-q", "--bare", str(fork))
+    git(tiny / "vllm", "remote", "add", "fork", str(fork))
+    r = subprocess.run(["bash", str(out / "commands.sh")], capture_output=True, text=True)
+    assert r.returncode == 1 and "is not signed off by its author (t <t@t>)" in r.stderr
+    assert git(fork, "for-each-ref") == ""  # nothing pushed
+
+
+def test_sign_signs_each_branch_off_as_the_submitter_who_becomes_its_author(tiny, tmp_path):
+    add(tiny, write("b.py", "x = 7\n"), "[Core] seven\n\nWhy.\n\n" + RELATION + AI)
+    as_submitter(tiny)
+    [pr] = prs.prs(hooks=False, tests=False, sign=True)
+    assert pr.ok and pr.checks.signers == [SUBMITTER]
+    vdir = tiny / "vllm"
+    assert git(vdir, "log", "-1", "--format=%an <%ae>", pr.branch) == SUBMITTER
+    msg = git(vdir, "log", "-1", "--format=%B", pr.branch)
+    assert msg.endswith(f"Co-authored-by: Claude\nSigned-off-by: {SUBMITTER}")
+    assert f"DCO: ok, signed off by {SUBMITTER}" in (tiny / "out/prs/0001/checks.txt").read_text()
+    assert SUBMITTER not in (tiny / "out/prs/0001/body.md").read_text()
+    fork = tmp_path / "fork.git"
+    git(tmp_path, "init", "-q", "--bare", str(fork))
+    git(vdir, "remote", "add", "fork", str(fork))
+    env = {**os.environ, "FORK_OWNER": "me", "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    (tmp_path / "gh").write_text('#!/bin/sh\necho gh "$@"\n')
+    (tmp_path / "gh").chmod(0o755)
+    r = subprocess.run(
+        ["bash", str(tiny / "out/prs/0001/commands.sh")], capture_output=True, text=True, env=env
+    )
+    assert r.returncode == 0, r.stderr
+    assert git(fork, "rev-parse", f"refs/heads/{pr.branch}") == pr.commit
+
+
+def test_sign_without_a_git_identity_and_push_without_sign_are_refused(tiny, monkeypatch):
+    add(tiny, write("b.py", "x = 8\n"), "[Core] eight")
+    with pytest.raises(SeriesError, match="--push pushes signed-off branches only") as e:
+        prs.prs(do_push=True, remote="fork", hooks=False, tests=False)
+    assert e.value.fix == "scripts/prs.sh --sign --push --remote fork"
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    with pytest.raises(SeriesError, match="vllm/ has no git identity") as e:
+        prs.prs(hooks=False, tests=False, sign=True)
+    assert "git -C vllm config user.name" in e.value.fix
+    assert git(tiny / "vllm", "branch", "--list", "pr/*") == ""
+
+
 @pytest.mark.parametrize(
-    "signoff, why",
+    "signoff, signed, why",
     [
-        ("", "has no Signed-off-by: line"),
-        ("Signed-off-by: someone else <s@e>", "is not signed off by its author t <t@t>"),
+        ("", True, "has no Signed-off-by: line"),
+        ("", False, None),  # unsigned, as the PR tool makes it: the submitter signs
+        ("Signed-off-by: someone else <s@e>", False, "is not signed off by its author t <t@t>"),
     ],
 )
-def test_patch_without_its_authors_signoff_is_refused(tiny, signoff, why):
-    p = add(tiny, write("b.py", "x = 6\n"), "[Core] six")
-    p.write_text(p.read_text().replace("Signed-off-by: t <t@t>", signoff))
-    [pr] = prs.prs(hooks=False, tests=False)
-    assert not pr.ok and why in pr.problems[0]
-    assert not (tiny / "out/prs/0001/commands.sh").exists()
-    assert why in (tiny / "out/prs/0001/checks.txt").read_text()
+def test_dco_wants_the_authors_own_signoff_when_there_is_one(tiny, signoff, signed, why):
+    vdir = tiny / "vllm"
+    base = git(vdir, "rev-parse", "HEAD")
+    (vdir / "b.py").write_text("x = 5\n")
+    git(vdir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", f"five\n\n{signoff}")
+    problems, _ = prchecks.dco(vdir, base, signed)
+    assert (problems[0] if problems else None) == why or why in problems[0]
 
 
 # --- the patch's own tests ---------------------------------------------------------------------
@@ -338,11 +409,14 @@ def test_frozen_revs_are_read_from_their_comment(v0_21_0_hooks):
 
 def test_push_to_an_unreachable_remote_is_refused_before_anything(tiny):
     add(tiny, write("b.py", "x = 9\n"), "[Core] nine")
+    as_submitter(tiny)
     with pytest.raises(SeriesError, match="(?s)is not reachable from here.*nothing was pushed"):
-        prs.prs(do_push=True, remote="http://127.0.0.1:9/vllm.git", hooks=False, tests=False)
+        prs.prs(
+            do_push=True, remote="http://127.0.0.1:9/vllm.git", hooks=False, tests=False, sign=True
+        )
     assert git(tiny / "vllm", "branch", "--list", "pr/*") == ""
     with pytest.raises(SeriesError, match="--push needs --remote"):
-        prs.prs(do_push=True, hooks=False, tests=False)
+        prs.prs(do_push=True, hooks=False, tests=False, sign=True)
 
 
 def test_push_is_all_or_nothing(tiny, tmp_path):
@@ -351,12 +425,15 @@ def test_push_is_all_or_nothing(tiny, tmp_path):
     add(tiny, write("b.py", "x = 10\n"), "[Core] ten")
     p = add(tiny, edit_line("a.py", 3, "three"), "[Core] three")
     text = p.read_text()
-    p.write_text(text.replace("Signed-off-by: t <t@t>\n", ""))
+    (tiny / "benchmarks").mkdir()
+    (tiny / "benchmarks" / "run.sh").write_text("true\n")  # the workspace's, not vLLM's
+    p.write_text(text.replace("[Core] three\n", "[Core] three\n\nRun benchmarks/run.sh.\n"))
+    as_submitter(tiny)
     with pytest.raises(SeriesError, match="(?s)not pushing anything.*0002-Core-three"):
-        prs.prs(do_push=True, remote=str(fork), hooks=False, tests=False)
+        prs.prs(do_push=True, remote=str(fork), hooks=False, tests=False, sign=True)
     assert git(fork, "for-each-ref") == ""
     p.write_text(text)
-    done = prs.prs(do_push=True, remote=str(fork), hooks=False, tests=False)
+    done = prs.prs(do_push=True, remote=str(fork), hooks=False, tests=False, sign=True)
     refs = git(fork, "for-each-ref", "--format=%(refname) %(objectname)").splitlines()
     assert sorted(refs) == sorted(f"refs/heads/{pr.branch} {pr.commit}" for pr in done)
 
@@ -544,10 +621,8 @@ def test_body_shows_the_newest_results_with_command_and_hardware(tiny):
     [pr] = prs.prs(hooks=False, tests=False)
     body = (tiny / "out/prs/0001/body.md").read_text()
     assert body.startswith("## Purpose\n\nWhy swap helps.\n\n## Test Plan\n\nunit tests\n")
-    assert (
-        "- `benchmarks/results/moe-base.json` (base): on NVIDIA H200, command "
-        "`python benchmarks/bench_moe.py --variant base`" in body
-    )
+    assert "- base: on NVIDIA H200, command `python benchmarks/bench_moe.py --variant base`" in body
+    assert "benchmarks/results/" not in body  # the results files are the workspace's
     assert "| qwen3-30b-a3b | fp8 | 1 | 22.9 | 38 | 20.0 | 38 | 1.15x |" in body
     assert "| qwen3-30b-a3b | fp8 | 4 | 52.3 | 39 | 50.0 | 39 | 1.05x |" in body
     assert "99.0" not in body and "No results were found for `rope`." in body
@@ -714,6 +789,100 @@ def test_strip_status_keeps_everything_else():
     assert prbody.strip_status(text) == text.replace("Upstream-Status: Pending\nSigned", "Signed")
 
 
+# --- upstream commands only; the checklist on evidence ---------------------------------------
+
+
+def test_foreign_is_what_the_workspace_has_and_vllm_lacks():
+    ws = {"benchmarks/h200/moved.sh", "benchmarks/ep_nan.py", "docs/upstream/x.md", "tests/"}
+    up = {"tests/kernels/moe/test_moe.py", "benchmarks/kernels/benchmark_moe.py", "tests/"}
+    text = (
+        "Run `benchmarks/h200/moved.sh`, then python3 -m benchmarks.ep_nan --time and "
+        "pytest tests/kernels/moe/test_moe.py; tune with python benchmarks/kernels/"
+        "benchmark_moe.py --tune or vllm bench latency; fused_moe/utils.py is vLLM's; see "
+        "https://github.com/vllm-project/vllm/pull/54683 and docs/upstream/x.md."
+    )
+    got = paths.foreign(text, ws.__contains__, up.__contains__)
+    assert got == ["benchmarks/h200/moved.sh", "docs/upstream/x.md", "python -m benchmarks.ep_nan"]
+
+
+def test_a_benchmark_naming_a_workspace_path_is_left_out_and_checks_say_why(tiny):
+    """Figures whose command is the workspace's own script cannot be rerun upstream: the body
+    leaves them out (and does not call them missing); checks.txt says which and why."""
+    add(tiny, write("b.py", "x = 18\n"), MSG.format("moe", "swap"), options="bench=moe,lat")
+    res = tiny / "benchmarks" / "results"
+    res.mkdir(parents=True)
+    (tiny / "benchmarks" / "bench_moe.py").write_text("")  # the workspace's benchmark
+    for v, us in (("base", [22.9, 52.3]), ("patched", [20.0, 50.0])):
+        text = bench_json(v, "2026-11-29", us)
+        (res / f"moe-{v}.json").write_text(
+            text.replace("python benchmarks/bench_moe.py", "python -m benchmarks.bench_moe")
+        )
+        (res / f"lat-{v}.json").write_text(
+            text.replace('"bench": "moe"', '"bench": "lat"').replace(
+                "python benchmarks/bench_moe.py", "vllm bench latency --batch-size 1"
+            )
+        )
+    [pr] = prs.prs(hooks=False, tests=False)
+    assert pr.ok
+    body = (tiny / "out/prs/0001/body.md").read_text()
+    assert "Benchmark `lat`:" in body and "command `vllm bench latency --batch-size 1" in body
+    assert "bench_moe" not in body and "`moe`" not in body  # not shown, nor called missing
+    said = (tiny / "out/prs/0001/checks.txt").read_text()
+    assert "benchmark moe left out of the body: it names the workspace's python -m " in said
+
+
+def test_an_ai_assisted_message_without_its_relation_to_open_work_is_not_ready(tiny):
+    """vLLM's AGENTS.md: an AI-assisted PR says why it is not a duplicate of open work."""
+    p = add(tiny, write("b.py", "x = 22\n"), "[Core] twenty-two\n\nWhy.\n\n" + AI)
+    [pr] = prs.prs(hooks=False, tests=False)
+    assert not pr.ok and "no '## Relation to open work' section" in pr.problems[0]
+    p.write_text(p.read_text().replace("Why.\n", "Why.\n\n" + RELATION.strip() + "\n"))
+    [pr] = prs.prs(hooks=False, tests=False)
+    assert pr.ok
+
+
+def test_a_body_that_names_a_workspace_path_is_not_ready(tiny):
+    (tiny / "benchmarks" / "h200").mkdir(parents=True)
+    (tiny / "benchmarks" / "h200" / "moved.sh").write_text("true\n")
+    msg = "[Core] nineteen\n\n## Test Plan\n\n    bash benchmarks/h200/moved.sh\n"
+    add(tiny, write("b.py", "x = 19\n"), msg)
+    [pr] = prs.prs(hooks=False, tests=False)
+    assert not pr.ok and "the body names the workspace's benchmarks/h200/moved.sh" in pr.problems[0]
+    assert not (tiny / "out/prs/0001/commands.sh").exists()
+    assert "NOT READY" in (tiny / "out/prs/0001/checks.txt").read_text()
+
+
+def test_checklist_boxes_are_ticked_by_a_current_pr_checklist_report_only(tiny):
+    """On vLLM's template (v0.34.0's layout): no report, nothing but the AI box; a report for
+    the patch as it is ticks /pr-checklist and the boxes it finds met; once the patch changes,
+    the report is stale and ticks nothing, and checks.txt says to run the skill again."""
+    new_base(
+        tiny,
+        {".github/PULL_REQUEST_TEMPLATE.md": (FIXTURE / "PULL_REQUEST_TEMPLATE.md").read_text()},
+    )
+    p = add(tiny, write("b.py", "x = 20\n"), "[Core] twenty\n\nWhy.\n\n" + RELATION + AI)
+
+    def boxes() -> list[str]:
+        prs.prs(hooks=False, tests=False)
+        body = (tiny / "out/prs/0001/body.md").read_text()
+        return re.findall(r"^- \[x\] (\S+ \S+)", body, re.M)
+
+    assert boxes() == ["AI assistance"]
+    said = (tiny / "out/prs/0001/checks.txt").read_text()
+    assert "/pr-checklist: no report (docs/upstream/checklist/core-twenty.md)" in said
+    pid = vgit.patch_id(tiny / "vllm", p.read_text())
+    report = tiny / "docs/upstream/checklist/core-twenty.md"
+    report.parent.mkdir(parents=True)
+    report.write_text(
+        f"patch-id: {pid}\n\n## Design Fit\n\nmet: small.\n\n## Testing\n\nnot met: no GPU run.\n"
+    )
+    assert boxes() == ["I used", "AI assistance", "**Design Fit:**"]
+    p.write_text(p.read_text().replace("+x = 20", "+x = 21"))
+    assert boxes() == ["AI assistance"]
+    said = (tiny / "out/prs/0001/checks.txt").read_text()
+    assert "is for another version of the patch" in said and "run the skill again" in said
+
+
 # --- the body's layout: a golden of a fixture, the structure of every real patch ---------------
 # The fixture (tests/workspace/data/prs/: one patch, its series line, the checks of its branch
 # and a benchmarks/results/ folder of made-up figures) is rendered byte for byte against its
@@ -755,7 +924,12 @@ def test_golden_body_of_the_fixture(golden, template):
     checks = Checks(**json.loads((FIXTURE / "checks.json").read_text()))
     title = prbody.title(info) + "\n"
     text = template.read_text() if template else None
-    body = prbody.body(info, "v0.99.0 (0123456789ab)", found, names, checks, text)
+    review = None  # (the v0.34.0 layout: the fixture's /pr-checklist report ticks its boxes)
+    if template:
+        pid = vgit.patch_id(FIXTURE, (FIXTURE / entry.name).read_text())
+        review = checklist.read(FIXTURE, branches.slug(info.subject), pid)
+        assert review is not None and review.current
+    body = prbody.body(info, "v0.99.0 (0123456789ab)", found, names, checks, text, review)
     if UPDATE:
         GOLDEN.mkdir(exist_ok=True)
         (GOLDEN / "fixture.title.txt").write_text(title)
@@ -838,7 +1012,7 @@ def assert_pr_layout(
             assert f"- `pytest {t}` on a {checks.host}: " in result
     for name, _ in names:
         assert result.count(f"Benchmark `{name}`:") == 1, name
-        assert f"`benchmarks/results/{name}-base.json` (base): on NVIDIA H200" in result
+        assert "- base: on NVIDIA H200, command " in result
         assert "| qwen3-30b-a3b | static | 1 | 30.0 |" in result  # the fixture's figures
     marked = prbody.PENDING.search(said["test result"])
     if names and marked:  # the figures sit where the message marks them
@@ -871,6 +1045,8 @@ def test_real_patch_body_has_the_pr_layout(entry, tmp_path):
     body = prbody.body(info, "v0.99.0 (0123456789ab)", found, names, checks, template)
     assert prbody.title(info) == info.subject
     assert_pr_layout(info, names, body, checks, "v0.99.0 (0123456789ab)", template)
+    pin = pinmod.load(ROOT / "upstream.toml").commit
+    assert paths.checker(ROOT, ROOT / "vllm", pin)(body) == []  # vLLM's commands only
 
 
 # a figure of a results file typed into prose: a ratio (1.27x) or a share of the roofline
@@ -917,7 +1093,7 @@ def test_real_series_end_to_end(ws):
         assert c is not None and c.ran_tests and c.ran_hooks, entry.name
         assert c.tests == info.tests and c.hooks, (entry.name, c)
         assert set(c.passed + c.failed + c.needs_cuda) | {s[0] for s in c.skipped}, entry.name
-        assert c.signers == info.signoffs
+        assert c.signers == []  # unsigned: the person who submits signs (--sign)
         base = f"{pin.tag} ({pin.commit[:12]})"
         template = publish.pr_template(ws / "vllm", pin.commit)
         assert_pr_layout(info, results.bench_names(entry.options), body, c, base, template)
@@ -946,10 +1122,7 @@ def test_body_reads_the_harness_result_files(tiny):
     (res / "series.json").write_text(json.dumps(run("series", 20.0)))
     prs.prs(hooks=False, tests=False)
     body = (tiny / "out/prs/0001/body.md").read_text()
-    assert (
-        "- `benchmarks/results/base.json` (base): on NVIDIA H200, command `bench --variant base`"
-        in body
-    )
+    assert "- base: on NVIDIA H200, command `bench --variant base`" in body
     assert "| case | dtype | batch | base us | base % roofline | series us |" in body
     assert "| qwen3-30b-a3b | fp8 | 1 | 30.0 | 40 | 20.0 | 40 | 1.50x |" in body
     assert "- qwen3-30b-a3b fp8 4 series: RuntimeError: oom" in body

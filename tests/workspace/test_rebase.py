@@ -138,8 +138,9 @@ def test_same_change_upstream_is_upstreamed_and_dropped(two, index):
 def test_rebase_keeps_the_old_line_and_records_the_upstreamed_patch(two, index):
     """The line the series leaves stays in lines/<old tag>/ (pin and patches as they were,
     a branch in vllm/), set up on its own by materialise/apply with VSERIES_LINE; the patch
-    upstream took is recorded with its evidence and contract in patches/upstreamed.toml."""
-    from vseries import materialise, upstreamed
+    upstream took is recorded with its evidence and contract in patches/retired.toml, its last
+    version named in the kept line."""
+    from vseries import materialise, retired
     from vseries.workspace import Workspace
 
     old_pin = (two / "upstream.toml").read_bytes()
@@ -152,8 +153,10 @@ def test_rebase_keeps_the_old_line_and_records_the_upstreamed_patch(two, index):
     assert {p.name: p.read_bytes() for p in (kept / "patches").iterdir()} == old_patches
     vdir = two / "vllm"
     assert git(vdir, "rev-list", "--count", f"series-{old_tag}") != ""
-    [rec] = upstreamed.load(Workspace(two))
+    [rec] = retired.load(Workspace(two))
     assert rec.subject == "[Perf] b two" and rec.contract == "tests/none_b.py"
+    assert rec.kind == retired.UPSTREAMED and rec.guard
+    assert (two / rec.file).read_bytes() == old_patches[rec.name]
     assert (rec.left_at, rec.left_from) == ("v0.99.0", old_tag)
     assert any("applies in reverse on v0.99.0" in e for e in rec.evidence)
     assert "kept in lines/" in report_of(two)
@@ -170,7 +173,7 @@ def test_rebase_keeps_the_old_line_and_records_the_upstreamed_patch(two, index):
 def test_upstreamed_patch_names_the_files_it_adds_that_upstream_lacks(two, index):
     """A patch its contract classes upstreamed (upstream made the change its own way) whose
     added files the new release lacks: the evidence, and the record, say so."""
-    from vseries import upstreamed
+    from vseries import retired
     from vseries.workspace import Workspace
 
     vdir, pdir = two / "vllm", two / "patches"
@@ -193,7 +196,7 @@ def test_upstreamed_patch_names_the_files_it_adds_that_upstream_lacks(two, index
     assert list(rows_of(rep).values()) == [rebase.UPSTREAMED]
     said = "not taken: 1 file(s) the patch adds are not in v0.99.0 (cfg.json)"
     assert said in rep
-    assert any(said in e for e in upstreamed.load(Workspace(two))[0].evidence)
+    assert any(said in e for e in retired.load(Workspace(two))[0].evidence)
 
 
 def test_upstream_taking_one_of_two_hunks_is_partly_upstreamed(two, index):

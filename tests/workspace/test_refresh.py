@@ -8,7 +8,13 @@ from vseries.errors import SeriesError
 
 
 def snapshot(root):
-    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in (root / "patches").iterdir()}
+    """Every file under patches/ (patches/retired/ too), its bytes and mtime."""
+    folder = root / "patches"
+    return {
+        str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in folder.rglob("*")
+        if p.is_file()
+    }
 
 
 def test_refresh_of_unchanged_real_series_changes_no_file(ws):

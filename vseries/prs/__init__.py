@@ -3,12 +3,14 @@
 For every patch not yet upstreamed (Upstream-Status not ``Accepted [...]``), in series order:
 
 1. branches.py: branch ``pr/<slug>`` in vllm/ = the upstream base (the pin, or ``--base``) +
-   that ONE patch, in a temporary worktree (a patch that needs an earlier one is reported);
+   that ONE patch, in a temporary worktree (a patch that needs an earlier one is reported),
+   without the patch's sign-off (``--sign``: signed off as the person who submits);
 2. checks.py: DCO, vLLM's own pre-commit hooks on the touched files (hooks.py, offline), and
    the test files the patch adds or changes, on this host with CUDA hidden;
 3. body.py + results.py: title and body in vLLM's layout, with the benchmark results that
-   belong to the patch; publish.py writes ``out/prs/<NNNN>/`` and, with ``--push --remote
-   <fork>``, pushes every branch at once when all passed;
+   belong to the patch, the template's checklist ticked on evidence (checklist.py) and no
+   path of the workspace (paths.py); publish.py writes ``out/prs/<NNNN>/`` and, with
+   ``--sign --push --remote <fork>``, pushes every branch at once when all passed;
 4. record.py: ``--record NNNN URL`` sets that patch's header to ``Submitted [URL]``.
 
 A patch whose change an open upstream PR already makes carries ``Pending [data for URL]``

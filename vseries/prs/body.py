@@ -3,8 +3,11 @@
 Pure rendering from a patch file, the benchmark results (results.py) and the checks the PR
 tool ran (checks.py); no git state is changed here. The body follows the PR template of the
 base tree (``.github/PULL_REQUEST_TEMPLATE.md``): Overview / Claims / Validation / Details
-and the template's checklist (v0.34.0), else Purpose / Test Plan / Test Result (v0.21.0). A
-message's own headings of either set are read into the matching section.
+and the template's checklist (v0.34.0; its boxes ticked on evidence only, checklist.py), else
+Purpose / Test Plan / Test Result (v0.21.0). A message's own headings of either set are read
+into the matching section. The body names vLLM's commands and paths only: a benchmark whose
+figures would bring a path of the workspace is left out (``upstream_only``, paths.py), and
+the body carries no sign-off (the person who submits signs the commit).
 
 The figures come from the results files that the series' ``bench=`` names, read when the body
 is rendered; a patch message types none. A line of the message reading ``... results:
@@ -15,12 +18,15 @@ results.
 
 import re
 import shlex
+from collections.abc import Callable
 
 from vseries.patchfile import PatchInfo
+from vseries.prs import checklist as boxes
 from vseries.prs.checks import Checks
 from vseries.prs.results import Bench, measurements
 
 STATUS_LINE = re.compile(r"^Upstream-Status: .*\n", re.M)
+SIGNOFF_LINE = re.compile(r"^Signed-off-by: .*\n", re.M)
 
 PENDING = re.compile(r"^.*results: (?:pending )?\(benchmarks/results/?\)\.?[ \t]*$", re.I | re.M)
 
@@ -43,7 +49,6 @@ OLD = ("Purpose", "Test Plan", "Test Result")
 NEW = ("Overview", "Claims", "Validation", "Details")
 # the template's checklist: from its rule to the end of its <details> block
 CHECKLIST = re.compile(r"^---\s*\n.*?</details>", re.M | re.S)
-AI_BOX = re.compile(r"^- \[ \](?= AI assistance was used)", re.M)
 
 
 def strip_status(text: str) -> str:
@@ -52,6 +57,14 @@ def strip_status(text: str) -> str:
     cut = re.search(r"^---$", text, re.M)
     head, tail = (text[: cut.start()], text[cut.start() :]) if cut else (text, "")
     return re.sub(r"\n\n\n+", "\n\n", STATUS_LINE.sub("", head)) + tail
+
+
+def unsigned(text: str) -> str:
+    """The patch email without its ``Signed-off-by:`` lines: they certify the patch to this
+    workspace; the upstream commit is signed by the person who submits it (``--sign``)."""
+    cut = re.search(r"^---$", text, re.M)
+    head, tail = (text[: cut.start()], text[cut.start() :]) if cut else (text, "")
+    return re.sub(r"\n\n\n+", "\n\n", SIGNOFF_LINE.sub("", head)) + tail
 
 
 def _count_by_test(ids: list[str]) -> str:
@@ -97,8 +110,8 @@ def checks_md(info: PatchInfo, c: Checks) -> str:
         )
     for hook, reason in c.hooks_not_run if c.ran_hooks else []:
         out.append(f"- pre-commit hook `{hook}` not run here: {reason}")
-    if c.signers:
-        out.append(f"- DCO: signed off by {', '.join(c.signers)}")
+    if not c.ran_hooks:
+        out.append("- vLLM's pre-commit hooks were not run by this tool (--no-hooks)")
     for p in c.problems:
         out.append(f"- PROBLEM (see checks.txt): {p.splitlines()[0]}")
     return "\n".join(out)
@@ -158,14 +171,49 @@ def layout(template: str | None) -> tuple[str, ...]:
     return NEW if set(NEW) <= heads else OLD
 
 
-def checklist(template: str, info: PatchInfo) -> str:
-    """The template's checklist block, as it is; the AI-assistance box ticked when the patch
-    has an AI co-author (``Co-authored-by``; the rest is the submitter's to tick)."""
+def checklist(template: str, info: PatchInfo, review: boxes.Review | None = None) -> str:
+    """The template's checklist block, its boxes ticked where the evidence backs them: the
+    AI-assistance box from an AI ``Co-authored-by`` trailer, the /pr-checklist and review
+    boxes from a current report of the skill (checklist.py); the rest is the submitter's."""
     m = CHECKLIST.search(template)
     if not m:
         return ""
-    ai = any(re.search(r"\b(Claude|Copilot|Codex|Gemini)\b", c, re.I) for c in info.coauthors)
-    return AI_BOX.sub("- [x]", m.group(0)) if ai else m.group(0)
+    return boxes.ticked(m.group(0), boxes.is_ai(info.coauthors), review)
+
+
+def upstream_only(
+    benches: list[Bench],
+    names: list[tuple[str, str | None]],
+    foreign: Callable[[str], list[str]],
+) -> tuple[list[Bench], list[tuple[str, str | None]], list[str]]:
+    """The benchmarks whose figures name no path of the workspace (``foreign``: paths.py),
+    the series' names still looked for (a name whose benchmarks were all left out is not
+    "not found"), and one line per benchmark left out, for checks.txt: an upstream
+    maintainer can rerun only vLLM's own commands."""
+    keep, left, notes = [], [], []
+    for b in benches:
+        bad = foreign(measurements([b], []))
+        if not bad:
+            keep.append(b)
+            continue
+        left.append(b.name)
+        notes.append(
+            f"benchmark {b.name} left out of the body: it names the workspace's "
+            f"{', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}, which vLLM does not have "
+            "(an upstream PR shows what vLLM's own commands measure: vllm bench, "
+            "benchmarks/kernels/)"
+        )
+
+    def of(name: str, bench: str) -> bool:
+        name, bench = name.replace("_", "-"), bench.replace("_", "-")
+        return bench == name or bench.startswith(name + "-")
+
+    kept_names = [
+        (n, r)
+        for n, r in names
+        if any(of(n, b.name) for b in keep) or not any(of(n, b) for b in left)
+    ]
+    return keep, kept_names, notes
 
 
 def body(
@@ -175,6 +223,7 @@ def body(
     names: list[tuple[str, str | None]],
     checks: Checks | None,
     template: str | None = None,
+    review: boxes.Review | None = None,
 ) -> str:
     """The PR description in the layout of the base tree's PR template (``layout``).
 
@@ -184,10 +233,11 @@ def body(
             (bench_names).
         checks: what ran on the branch, or None when the branch was not checked.
         template: the base tree's ``.github/PULL_REQUEST_TEMPLATE.md`` (None: none).
+        review: the PR's /pr-checklist report (checklist.py), or None.
     """
     s = sections(info.message)
     new = layout(template) == NEW
-    tail = checklist(template or "", info) if new else ""
+    tail = checklist(template or "", info, review) if new else ""
     plan = [s["test plan"]] if s["test plan"] else []
     if not info.tests:
         plan.append("This PR adds no test file.")
@@ -207,10 +257,9 @@ def body(
     if placed:
         own = own[: placed.start()] + figures + own[placed.end() :]
     result = [own.strip()] if own.strip() else []
-    if checks is not None:
-        result.append(
-            f"Tests and checks on this branch, based on {base}:\n\n" + checks_md(info, checks)
-        )
+    ran = checks_md(info, checks) if checks is not None else ""
+    if ran:
+        result.append(f"Tests and checks on this branch, based on {base}:\n\n" + ran)
     if not placed:
         result.append(figures)
     purpose = s["purpose"] or info.subject
@@ -271,6 +320,16 @@ def commands(
         "set -euo pipefail\n"
         'here="$(cd "$(dirname "$0")" && pwd)"\n'
         'cd "$here/../../.."\n'
+        "# DCO: the person who submits signs each commit off as its author (vLLM's DCO check):\n"
+        "# scripts/prs.sh --sign makes the branch signed off as vllm/'s git identity.\n"
+        f"author=$(git -C vllm log -1 --format='%an <%ae>' {branch})\n"
+        f"signers=$(git -C vllm log -1 --format='%(trailers:key=Signed-off-by,valueonly)' "
+        f"{branch})\n"
+        'if ! grep -qxF "$author" <<<"$signers"; then\n'
+        f'  echo "commands.sh: {branch} is not signed off by its author ($author); as the '
+        'person who submits: scripts/prs.sh --sign, then this script again" >&2\n'
+        "  exit 1\n"
+        "fi\n"
         "# --force: the branch is remade from the patch file on every run (the patch is the\n"
         "# source of truth; review changes go into the patch, then scripts/prs.sh again)\n"
         f"git -C vllm push --force {shlex.quote(remote)} "

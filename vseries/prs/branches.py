@@ -2,9 +2,12 @@
 
 ``pr/<slug>`` in vllm/ (slug: from the subject, see PR.slug) = the upstream base (the pin, or
 ``--base <ref>``) + that ONE patch, applied with ``git am -3 -k``, its Upstream-Status line
-stripped (a workspace header; Signed-off-by stays). A patch that does not apply alone is
-reported, with the earlier patches it needs when it applies after them (a hidden dependency),
-instead of being stacked silently. The ``series`` branch and HEAD of vllm/ are never touched.
+(a workspace header) and its Signed-off-by lines stripped: the patch file's sign-off certifies
+the change to this workspace, and the person who submits it upstream signs the commit as its
+author (``--sign``: ``git commit --amend --reset-author -s`` with vllm/'s git identity). A
+patch that does not apply alone is reported, with the earlier patches it needs when it
+applies after them (a hidden dependency), instead of being stacked silently. The ``series``
+branch and HEAD of vllm/ are never touched.
 """
 
 import re
@@ -12,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vseries import am, git, patchfile, series
-from vseries.prs.body import strip_status
+from vseries.errors import SeriesError
+from vseries.prs.body import strip_status, unsigned
 from vseries.prs.checks import Checks
 
 
@@ -29,10 +33,7 @@ class PR:
 
     @property
     def slug(self) -> str:
-        """The subject in lower case, runs of other characters as '-', cut at a word near 64
-        characters ('[Perf][Kernel] Swap A/B' -> 'perf-kernel-swap-a-b')."""
-        s = re.sub(r"[^a-z0-9]+", "-", self.info.subject.lower()).strip("-")
-        return s if len(s) <= 64 else s[:64].rsplit("-", 1)[0]
+        return slug(self.info.subject)
 
     @property
     def branch(self) -> str:
@@ -41,6 +42,14 @@ class PR:
     @property
     def ok(self) -> bool:
         return self.commit is not None and not self.problems
+
+
+def slug(subject: str) -> str:
+    """The subject in lower case, runs of other characters as '-', cut at a word near 64
+    characters ('[Perf][Kernel] Swap A/B' -> 'perf-kernel-swap-a-b'): the PR branch is
+    ``pr/<slug>``."""
+    s = re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")
+    return s if len(s) <= 64 else s[:64].rsplit("-", 1)[0]
 
 
 def number(entry: series.Entry, index: int) -> str:
@@ -69,16 +78,50 @@ def _reset(wt: Path, base: str) -> None:
     git.run(wt, "clean", "-q", "-fdx")
 
 
+SIGN_FIX = (
+    "git -C vllm config user.name 'Your Name' && git -C vllm config user.email you@example.com"
+    "   # the identity you sign off with; then scripts/prs.sh --sign again"
+)
+
+
+def identity(vdir: Path) -> str:
+    """The author identity ``--sign`` signs with (vllm/'s git config).
+
+    Raises:
+        SeriesError: vllm/ has no user.name / user.email.
+    """
+    name, email = (
+        git.run(vdir, "config", k, check=False).strip() for k in ("user.name", "user.email")
+    )
+    if not (name and email):
+        raise SeriesError(
+            "--sign signs each PR commit off as you, and vllm/ has no git identity "
+            "(user.name and user.email)",
+            SIGN_FIX,
+        )
+    return f"{name} <{email}>"
+
+
 def make_branch(
-    vdir: Path, wt: Path, base: str, entries: list[series.Entry], i: int, pr: PR, tmp: Path
+    vdir: Path,
+    wt: Path,
+    base: str,
+    entries: list[series.Entry],
+    i: int,
+    pr: PR,
+    tmp: Path,
+    sign: bool = False,
 ) -> None:
-    """Apply patch i alone on base in worktree wt; on success set refs/heads/pr/<slug>.
+    """Apply patch i alone on base in worktree wt, unsigned (or, with ``sign``, signed off by
+    vllm/'s git identity, who becomes its author); on success set refs/heads/pr/<slug>.
     Records a problem on pr (hidden dependency, or no fit at all) otherwise."""
     _reset(wt, base)
     stripped = tmp / entries[i].name
-    stripped.write_text(strip_status(entries[i].path.read_text(errors="replace")))
+    stripped.write_text(unsigned(strip_status(entries[i].path.read_text(errors="replace"))))
     ok, why = _am(wt, stripped)
     if ok:
+        if sign:
+            git.run(wt, "commit", "-q", "--amend", "--no-edit", "--reset-author", "--signoff")
         pr.commit = git.rev(wt, "HEAD")
         git.run(vdir, "update-ref", "-m", "vseries prs", f"refs/heads/{pr.branch}", pr.commit)
         return

@@ -73,9 +73,10 @@ class Checks:
         return cls(**json.loads(text))
 
 
-def dco(wt: Path, base: str) -> tuple[list[str], list[str]]:
-    """(problems, signers) for the commits base..HEAD: each needs a Signed-off-by of its
-    author (vLLM enforces the DCO)."""
+def dco(wt: Path, base: str, signed: bool = False) -> tuple[list[str], list[str]]:
+    """(problems, signers) for the commits base..HEAD. A signed-off commit needs its
+    author's sign-off (vLLM's DCO check); an unsigned one is what the PR tool makes (the
+    person who submits signs it) and a problem only where ``signed`` was asked for."""
     problems, signers = [], []
     log = git.run(
         wt,
@@ -86,20 +87,26 @@ def dco(wt: Path, base: str) -> tuple[list[str], list[str]]:
         f"{base}..HEAD",
     )
     for rec in filter(str.strip, log.split("\x1e")):
-        short, subject, author, signed = rec.strip("\n").split("\x00")
-        sobs = [s.strip() for s in signed.split("\x1f") if s.strip()]
+        short, subject, author, signed_by = rec.strip("\n").split("\x00")
+        sobs = [s.strip() for s in signed_by.split("\x1f") if s.strip()]
         signers += sobs
-        if not sobs:
+        if not sobs and signed:
             problems.append(
                 f"commit {short} ({subject}) has no Signed-off-by: line; vLLM "
                 "requires the DCO (git commit -s)"
             )
-        elif author not in sobs:
+        elif sobs and author not in sobs:
             problems.append(
                 f"commit {short} ({subject}) is not signed off by its author "
                 f"{author} (signed off by: {', '.join(sobs)})"
             )
     return problems, list(dict.fromkeys(signers))
+
+
+UNSIGNED = (
+    "not signed off: the person who submits certifies the DCO and signs each commit as its "
+    "author (scripts/prs.sh --sign; see out/prs/README.md)"
+)
 
 
 def _test_path(tree: Path) -> str:
@@ -186,13 +193,17 @@ def run_tests(wt: Path, tests: list[str], checks: Checks) -> None:
         checks.problems.append(f"pytest collected no test from {' '.join(tests)}")
 
 
-def check(wt: Path, base: str, pr, hooks: bool, tests: bool, scratch: Path) -> str:
-    """Run the checks on the branch checked out in wt (``pr``: a branches.PR); fills
-    pr.checks and pr.problems. Returns the full report text (hook output included)."""
+def check(
+    wt: Path, base: str, pr, hooks: bool, tests: bool, scratch: Path, signed: bool = False
+) -> str:
+    """Run the checks on the branch checked out in wt (``pr``: a branches.PR; ``signed``: the
+    branch was signed off with --sign); fills pr.checks and pr.problems. Returns the full
+    report text (hook output included)."""
     c = pr.checks = Checks(ran_hooks=hooks, ran_tests=tests)
-    problems, c.signers = dco(wt, base)
+    problems, c.signers = dco(wt, base, signed)
     c.problems += problems
-    report = [f"DCO: {'; '.join(problems) or 'ok, signed off by ' + ', '.join(c.signers)}"]
+    said = "ok, signed off by " + ", ".join(c.signers) if c.signers else UNSIGNED
+    report = [f"DCO: {'; '.join(problems) or said}"]
     files = git.run(wt, "diff", "--name-only", "--diff-filter=d", base, "HEAD").split("\n")
     files = [f for f in files if f]
     if hooks:

@@ -4,7 +4,7 @@ from vseries import git, patchfile, series
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
 from vseries.prs import comment, publish
-from vseries.prs.branches import PR, make_branch, number
+from vseries.prs.branches import PR, identity, make_branch, number
 from vseries.prs.checks import check
 from vseries.prs.record import record
 from vseries.workspace import Workspace
@@ -17,6 +17,7 @@ def prs(
     hooks: bool = True,
     tests: bool = True,
     ws: Workspace | None = None,
+    sign: bool = False,
 ) -> list[PR | comment.Comment]:
     """Make, check and describe a PR branch per patch not upstreamed; optionally push them.
     A patch that is data for an open upstream PR (``Pending [data for URL]``) gets that
@@ -28,12 +29,15 @@ def prs(
         remote: the fork (a remote name of vllm/ or a URL); used in commands.sh too.
         hooks, tests: run the pre-commit hooks / the patch's tests (on by default).
         ws: the workspace (default: the current one).
+        sign: sign each branch's commit off as vllm/'s git identity, who becomes its author
+            (the person who submits certifies the DCO); without it the branches are unsigned.
 
     Returns the PRs and comments in series order, with their problems (empty when ready).
 
     Raises:
-        SeriesError: vllm/ missing; base not resolving; --push without a reachable remote,
-            or with a branch that failed (nothing pushed then).
+        SeriesError: vllm/ missing; base not resolving; --push without --sign or without a
+            reachable remote, or with a branch that failed (nothing pushed then); --sign
+            without a git identity in vllm/.
     """
     ws = ws or Workspace.current()
     pin = pinmod.load(ws.pin_file)
@@ -49,8 +53,15 @@ def prs(
     label = f"{base or pin.tag} ({base_id[:12]})"
     if do_push and not remote:
         raise SeriesError(
-            "--push needs --remote <your fork>", "scripts/prs.sh --push --remote fork"
+            "--push needs --remote <your fork>", "scripts/prs.sh --sign --push --remote fork"
         )
+    if do_push and not sign:
+        raise SeriesError(
+            "--push pushes signed-off branches only: the person who submits certifies the DCO "
+            "and signs each commit (--sign, as vllm/'s git identity); nothing was pushed",
+            f"scripts/prs.sh --sign --push --remote {remote}",
+        )
+    signer = identity(vdir) if sign else None
     remote_refs = publish.ls_remote(vdir, remote) if do_push else {}
     entries = series.load(ws)
     todo = []
@@ -69,10 +80,12 @@ def prs(
     with git.temp_worktree(vdir, base_id, parent=ws.state) as wt:
         scratch = wt.parent
         for i, pr in todo:
-            make_branch(vdir, wt, base_id, entries, i, pr, scratch)
+            make_branch(vdir, wt, base_id, entries, i, pr, scratch, sign)
             if pr.commit:
                 print(f"prs: {pr.number} {pr.branch}: checking ...", flush=True)
-                reports[pr.number] = check(wt, base_id, pr, hooks, tests, scratch)
+                reports[pr.number] = check(wt, base_id, pr, hooks, tests, scratch, sign)
+    if signer:
+        print(f"prs: signed off as {signer} (you certify the DCO for each PR branch)")
     publish.write(ws, todo, label, remote, reports, also={c.number for _, c in comments})
     for _, c in comments:
         comment.write(ws, c)
@@ -102,7 +115,14 @@ def main(args) -> int:
         print(
             f"prs: --remote {args.remote} is used in commands.sh; nothing is pushed without --push"
         )
-    done = prs(args.base, args.push, args.remote, hooks=not args.no_hooks, tests=not args.no_tests)
+    done = prs(
+        args.base,
+        args.push,
+        args.remote,
+        hooks=not args.no_hooks,
+        tests=not args.no_tests,
+        sign=args.sign,
+    )
     return 0 if all(pr.ok for pr in done) else 1
 
 
@@ -111,13 +131,21 @@ def add_parser(sub) -> None:
         "prs",
         help="make a checked upstream PR branch and text per patch",
         description="For every patch not yet upstreamed: a branch pr/<slug> in vllm/ with that "
-        "patch alone on the upstream base, checked (DCO, vLLM's own pre-commit hooks, the "
-        "patch's tests), and its title, body and push commands in out/prs/NNNN/. --push "
-        "pushes all branches when every one passed; --record NNNN URL marks a patch "
-        "submitted.",
+        "patch alone on the upstream base, unsigned (--sign: signed off as you), checked "
+        "(DCO, vLLM's own pre-commit hooks, the patch's tests), and its title, body and push "
+        "commands in out/prs/NNNN/. --sign --push pushes all branches when every one passed; "
+        "--record NNNN URL marks a patch submitted.",
     )
     p.add_argument("--base", help="upstream ref in vllm/ to base the PRs on (default: the pin)")
-    p.add_argument("--push", action="store_true", help="push all branches (all must pass)")
+    p.add_argument(
+        "--sign",
+        action="store_true",
+        help="sign each PR commit off as vllm/'s git identity, its new author: you certify the "
+        "DCO as the person who submits",
+    )
+    p.add_argument(
+        "--push", action="store_true", help="push all branches (all must pass; needs --sign)"
+    )
     p.add_argument("--remote", help="your fork: a remote of vllm/ or a URL")
     p.add_argument(
         "--record",

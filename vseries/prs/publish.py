@@ -1,8 +1,10 @@
-"""Where PRs go: ``out/prs/<NNNN>/`` (title, body, branch, checks, commands.sh), and the
-push of all branches to the user's fork (only when every branch passed).
+"""Where PRs go: ``out/prs/<NNNN>/`` (title, body, branch, checks, commands.sh) and
+``out/prs/README.md`` (how the person who submits signs and pushes), and the push of all
+branches to the user's fork (only when every branch passed).
 
 ``out/prs/<NNNN>/``: title.txt, body.md, branch.txt, checks.txt, checks.json, and
-commands.sh (only when every check passed).
+commands.sh (only when every check passed). A body that names a path of the workspace is
+not ready: an upstream maintainer can rerun only vLLM's own commands (paths.py).
 """
 
 import re
@@ -13,11 +15,31 @@ from vseries import git
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
 from vseries.prs import body as prbody
-from vseries.prs import results
+from vseries.prs import checklist, paths, results
 from vseries.prs.branches import PR
 from vseries.workspace import Workspace
 
 TEMPLATE = ".github/PULL_REQUEST_TEMPLATE.md"
+README = """\
+# Upstream PRs made by scripts/prs.sh
+
+One folder per patch of the series: `title.txt`, `body.md` (the PR description, in the layout
+of vLLM's PR template at the pin), `branch.txt` (`pr/<slug>` in vllm/: the patch alone on the
+upstream base), `checks.txt` (what was checked, and why a PR is not ready) and, when ready,
+`commands.sh` (push the branch to your fork and open the PR with gh). A patch that is data
+for an open upstream PR has `comment.md` and `target.txt` instead.
+
+Sign-off: the branches carry no `Signed-off-by:`. The person who submits certifies the DCO
+(https://developercertificate.org/) and signs each commit off as its author, which vLLM's DCO
+check requires: `scripts/prs.sh --sign` remakes the branches signed off as vllm/'s git
+identity (`git commit --amend --no-edit --reset-author -s`; the AI `Co-authored-by:` trailer
+stays), and `commands.sh` refuses a branch that is not signed off by its author. The patch
+files keep the sign-off under which they entered the workspace.
+
+Checklist: the AI-assistance box is ticked from the patch's AI `Co-authored-by:` trailer; the
+`/pr-checklist` box and the four review boxes only from a current report of vLLM's
+pr-checklist skill in `docs/upstream/checklist/<slug>.md` (see `checks.txt`).
+"""
 LS_REMOTE_TIMEOUT = 20  # seconds; a remote that does not answer in that time is unreachable
 
 
@@ -109,18 +131,32 @@ def write(
         owner = (_github_repo(url) or "/").split("/")[0] or None
     found = ws.root / "benchmarks" / "results"
     template = pr_template(ws.vllm, pin.commit)
+    (out / "README.md").write_text(README)
     for _, pr in todo:
         d = out / pr.number
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir()
+        foreign = paths.checker(ws.root, ws.vllm, pr.commit or pin.commit)
         names = results.bench_names(pr.entry.options)
+        benches, names, notes = prbody.upstream_only(
+            results.load_results(found, names), names, foreign
+        )
+        patch_id = git.patch_id(ws.vllm, pr.entry.path.read_text(errors="replace")) or ""
+        review = checklist.read(ws.root, pr.slug, patch_id)
+        notes.append(checklist.note(review, pr.slug, patch_id))
         title = prbody.title(pr.info)
         (d / "title.txt").write_text(title + "\n")
-        (d / "body.md").write_text(
-            prbody.body(
-                pr.info, label, results.load_results(found, names), names, pr.checks, template
+        text = prbody.body(pr.info, label, benches, names, pr.checks, template, review)
+        (d / "body.md").write_text(text)
+        pr.problems += checklist.agents_gaps(pr.info.message, pr.info.coauthors)
+        bad = foreign(text)
+        if bad:
+            pr.problems.append(
+                f"the body names the workspace's {', '.join(bad)}: an upstream PR names only "
+                "vLLM's own commands and paths (pytest tests/..., vllm bench, benchmarks/kernels/"
+                "...); rewrite the patch message where it names them (in vllm/: git commit "
+                "--amend, then scripts/refresh.sh)"
             )
-        )
         (d / "branch.txt").write_text(pr.branch + "\n")
         if pr.checks:
             (d / "checks.json").write_text(pr.checks.to_json())
@@ -131,7 +167,8 @@ def write(
         )
         (d / "checks.txt").write_text(
             f"patch {pr.entry.name}\nbranch {pr.branch} at {pr.commit or '(not made)'} on "
-            f"{label}\n{verdict}\n\n{reports.get(pr.number, '')}\n"
+            f"{label}\n{verdict}\n\n{reports.get(pr.number, '')}\n\n"
+            + "".join(f"{n}\n" for n in notes)
         )
         cmd = d / "commands.sh"
         if pr.ok:

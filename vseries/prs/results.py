@@ -281,24 +281,21 @@ def bench_table(bench: Bench) -> str:
 
 
 def measurements(benches: list[Bench], names: list[tuple[str, str | None]]) -> str:
-    """The figures of each bench with its files, commands and hardware ("" when there are
-    none: the message says what has not been measured)."""
+    """The figures of each bench with its commands and hardware ("" when there are none: the
+    message says what has not been measured)."""
     if not benches:  # the message says what has not been measured; the tool adds nothing
         return ""
     out = []
     for b in benches:
         lines = [f"Benchmark `{b.name}`:"]
-        for src in b.sources:
+        for src in b.sources:  # (the results file's own path is the workspace's: not named)
             if "command" in src:
                 lines.append(
-                    f"- `{src['file']}`"
-                    + (f" ({src['variant']})" if src["variant"] else "")
-                    + f": on {src['device']}, command `{src['command']}`"
+                    f"- {src['variant'] or 'run'}: on {src['device']}, command `{src['command']}`"
                 )
             else:
                 lines[0] = (
-                    f"Benchmark `{b.name}` (`{src['file']}` of the series' workspace; its "
-                    "commands and hardware are stated in it):"
+                    f"Benchmark `{b.name}` (the report below states its commands and hardware):"
                 )
         out.append(
             "\n".join(lines) + "\n\n" + (bench_table(b) if b.rows else quote_report(b.markdown))

@@ -1,12 +1,12 @@
 """After the last patch: the report; and, unless --check, the series branch, the pin, patches/,
 the series, the container recipe's default image and the superproject's gitlink moved to the
 new release, the line it leaves kept under ``lines/<old tag>/`` and the patches upstream took
-recorded in ``patches/upstreamed.toml``."""
+recorded in ``patches/retired.toml``."""
 
 import shutil
 from pathlib import Path
 
-from vseries import am, git, image, refresh, series, upstreamed
+from vseries import am, git, image, refresh, retired, series
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
 from vseries.pin import Artefact
@@ -38,26 +38,30 @@ def keep_line(ws: Workspace, st: State, store: Store, notes: list[str]) -> None:
 
 
 def record_upstreamed(ws: Workspace, st: State, notes: list[str]) -> None:
-    """The patches classed upstreamed, with their evidence, into patches/upstreamed.toml."""
+    """The patches classed upstreamed, with their evidence, into patches/retired.toml; on
+    the main line each record names its last version in the kept line (keep_line)."""
     gone = [r for r in st.rows if r.cls == UPSTREAMED]
     if not gone:
         return
-    upstreamed.add(
+    kept = ws.main.root / "lines" / st.old.tag / "patches"
+    retired.add(
         ws,
         [
-            upstreamed.Record(
+            retired.Record(
                 name=r.name,
                 subject=r.subject,
+                kind=retired.UPSTREAMED,
                 contract=r.options.get("contract", ""),
                 left_at=st.new.tag,
                 left_from=st.old.tag,
+                file="" if ws.line else ws.rel(kept / r.name),
                 evidence=list(r.evidence),
             )
             for r in gone
         ],
     )
     notes.append(
-        f"{len(gone)} upstreamed patch(es) recorded in {ws.rel(upstreamed.path(ws))}; their "
+        f"{len(gone)} upstreamed patch(es) recorded in {ws.rel(retired.path(ws))}; their "
         "contracts run on the pin as guards"
     )
 

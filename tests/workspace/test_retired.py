@@ -1,0 +1,99 @@
+"""patches/retired.toml: the patches that left the series. An upstreamed patch's contract is
+a guard on the pin; a dropped one's is kept for reading and never run (it fails on the pin by
+design). The real file is held to what it says: the dropped rope patch is out of the series,
+its last version kept in patches/retired/."""
+
+import pytest
+from conftest import ROOT
+
+from vseries import contract, lint_series, retired, series
+from vseries.errors import SeriesError
+from vseries.workspace import Workspace
+
+DROPPED = """
+[[patch]]
+name = "0002-Kernel-b.patch"
+subject = "[Kernel] b"
+kind = "dropped"
+contract = "tests/contract_b.py"
+left_at = "v0.99.0"
+why = "no model reaches it"
+file = "patches/retired/0002-Kernel-b.patch"
+"""
+
+
+def put(root, text, name=retired.FILE):
+    (root / "patches" / name).write_text(retired.HEADER + text)
+    return Workspace(root)
+
+
+def test_a_dropped_contract_is_named_and_not_run_as_a_guard(tiny, capsys):
+    """A dropped patch's contract would fail on the pin: the contract tier names the patch
+    and why, and runs nothing (no base tree is even made)."""
+    ws = put(tiny, DROPPED)
+    (tiny / "patches" / "retired").mkdir()
+    (tiny / "patches" / "retired" / "0002-Kernel-b.patch").write_text("From: x\n")
+    assert contract.check_upstreamed(ws) == []
+    assert not (ws.state / "base").exists()
+    contract.report_dropped(ws)
+    out = capsys.readouterr().out
+    assert "0002-Kernel-b.patch" in out and "dropped at v0.99.0: not run" in out
+    assert "why: no model reaches it" in out
+    assert retired.problems(ws) == [] and lint_series.problems(ws) == []
+
+
+def test_an_upstreamed_record_with_a_contract_is_a_guard():
+    up = retired.Record("a", "s", contract="tests/c.py")
+    assert up.kind == retired.UPSTREAMED and up.guard
+    assert not retired.Record("a", "s").guard  # no contract: nothing to run
+    assert not retired.Record("a", "s", kind=retired.DROPPED, contract="tests/c.py").guard
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (('why = "no model reaches it"', 'why = "  "'), "dropped without a why"),
+        (('kind = "dropped"', 'kind = "gone"'), "has kind 'gone'; known: upstreamed, dropped"),
+        (('left_at = "v0.99.0"', 'left = "v0.99.0"'), "(unknown: ['left'])"),
+    ],
+)
+def test_a_record_a_reader_cannot_use_is_refused_with_the_fix(tiny, change, said):
+    ws = put(tiny, DROPPED.replace(*change))
+    with pytest.raises(SeriesError, match="git checkout -- patches/retired.toml") as e:
+        retired.load(ws)
+    assert said in str(e.value)
+    assert said in lint_series.problems(ws)[0]  # the series check reports it too
+
+
+def test_a_dropped_patch_must_be_kept_in_patches_retired(tiny):
+    ws = put(tiny, DROPPED.replace("patches/retired/0002", "patches/0002"))
+    (tiny / "patches" / "0002-Kernel-b.patch").write_text("From: x\n")
+    [p] = retired.problems(ws)
+    assert "keep its file in patches/retired/" in p and "git mv patches/0002-Kernel-b.patch" in p
+    (tiny / "patches" / "0002-Kernel-b.patch").unlink()
+    assert any("does not exist" in p for p in retired.problems(ws))
+
+
+def test_the_old_upstreamed_toml_is_read_and_replaced_by_the_next_write(tiny):
+    old = '\n[[patch]]\nname = "0001-a.patch"\nsubject = "[Kernel] a"\ncontract = "tests/c.py"\n'
+    ws = put(tiny, old, name=retired.OLD_FILE)
+    [rec] = retired.load(ws)
+    assert (rec.kind, rec.guard) == (retired.UPSTREAMED, True)
+    retired.add(ws, [retired.Record("0002-b.patch", "[Kernel] b", why="x", kind="dropped")])
+    assert not (tiny / "patches" / retired.OLD_FILE).exists()
+    assert [r.name for r in retired.load(ws)] == ["0001-a.patch", "0002-b.patch"]
+
+
+def test_the_workspace_records_the_rope_patch_as_dropped_and_keeps_its_file():
+    ws = Workspace(ROOT)
+    records = {r.name: r for r in retired.load(ws)}
+    rope = records["0002-Perf-Kernel-No-per-token-count-Triton-re-specialisat.patch"]
+    assert rope.kind == retired.DROPPED and not rope.guard and rope.left_at == "v0.34.0"
+    assert (ROOT / rope.file).is_file() and (ROOT / rope.contract).is_file()
+    assert "tma_aligned_scales" in rope.why and "XPU" in rope.why
+    listed = {e.name for e in series.load(ws)}
+    assert not listed & set(records), "a retired patch is still in the series"
+    assert [r.name for r in records.values() if r.guard] == [
+        "0001-Perf-Kernel-Swap-AB-in-fused_moe_kernel-so-decode-ti.patch"
+    ]
+    assert retired.problems(ws) == []
