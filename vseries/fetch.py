@@ -8,15 +8,20 @@ again on every use; a corrupt one is deleted and fetched once more. Processes sh
 around each fetch, so one downloads while the other waits and then finds the verified file.
 """
 
+from __future__ import annotations
+
 import fcntl
 import hashlib
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import requests
-from packaging.utils import parse_wheel_filename
-from tqdm import tqdm
+# requests, packaging and tqdm are imported where they are used: the command line (which
+# imports this module) parses options and prints --help with the standard library alone,
+# before scripts/_venv.sh installs anything
+if TYPE_CHECKING:
+    import requests
 
 from vseries.errors import SeriesError
 from vseries.pin import Artefact
@@ -44,6 +49,8 @@ def index_files(project: str, session: requests.Session | None = None) -> list[d
         requests.RequestException, ValueError: the index is unreachable or answers no JSON
             (callers say what they were looking for).
     """
+    import requests
+
     r = (session or requests).get(
         f"{INDEX}/{project}/",
         timeout=TIMEOUT_S,
@@ -59,6 +66,8 @@ def url_for(project: str, filename: str, session: requests.Session) -> str:
     Raises:
         SeriesError: the index is unreachable, or lists no such file (e.g. an unknown tag).
     """
+    import requests
+
     try:
         files = index_files(project, session)
     except (requests.RequestException, ValueError) as e:
@@ -77,6 +86,8 @@ def url_for(project: str, filename: str, session: requests.Session) -> str:
 
 
 def _download(url: str, part: Path, session: requests.Session, name: str) -> None:
+    from tqdm import tqdm
+
     have = part.stat().st_size if part.exists() else 0
     headers = {"Range": f"bytes={have}-"} if have else {}
     with session.get(url, stream=True, timeout=TIMEOUT_S, headers=headers) as r:
@@ -139,6 +150,8 @@ def _fetch_locked(project: str, art: Artefact, cache: Path) -> Path:
         print(f"fetch: cached {dest} does not match its sha256; fetching it again")
         dest.unlink()
     part = dest.with_name(dest.name + ".part")
+    import requests
+
     session = requests.Session()
     url = url_for(project, art.filename, session)
     # tqdm draws a bar only on a terminal; say what is fetched in logs too
@@ -175,6 +188,9 @@ def release_files(project: str, version: str) -> tuple[Artefact, Artefact | None
     Raises:
         SeriesError: the index is unreachable or lists no source release of that version.
     """
+    import requests
+    from packaging.utils import parse_wheel_filename
+
     try:
         files = index_files(project)
     except (requests.RequestException, ValueError) as e:
@@ -208,6 +224,8 @@ def release_files(project: str, version: str) -> tuple[Artefact, Artefact | None
 def triton_of(torch_version: str) -> str | None:
     """The Triton version a torch release requires on Linux x86_64 (from the core metadata
     of its wheel on the index), or None when that cannot be read."""
+    import requests
+
     try:
         f = next(
             f

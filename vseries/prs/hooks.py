@@ -14,9 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-from identify.identify import tags_from_filename, tags_from_path
-
 from vseries.errors import SeriesError
 
 # Hook repositories that pre-commit would clone from GitHub, and the PyPI project that ships
@@ -96,6 +93,9 @@ STAGE = "pre-commit"  # what a contributor's commit runs; vLLM's CI runs the man
 
 def _applies(hook: dict, config: dict, tree: Path, files: list[str]) -> bool:
     """pre-commit's own selection: stage, files/exclude regexes, identify types."""
+    # imported here, as yaml below: the command line parses options with the standard library
+    from identify.identify import tags_from_filename, tags_from_path
+
     stages = hook.get("stages") or config.get("default_stages") or [STAGE]
     if STAGE not in stages and "commit" not in stages:
         return False
@@ -127,6 +127,8 @@ def derive_config(tree: Path, files: list[str]) -> tuple[dict, list[list[str]]]:
     Raises:
         SeriesError: the tree's pre-commit config is not valid YAML.
     """
+    import yaml
+
     src = tree / ".pre-commit-config.yaml"
     if not src.exists():
         return {"repos": [{"repo": "local", "hooks": []}]}, [
@@ -210,6 +212,8 @@ def run_hooks(
 
     Returns (all passed, output, [hook id, verdict], [hook id, reason not run]).
     """
+    import yaml
+
     derived, not_run = derive_config(tree, files)
     scratch.mkdir(parents=True, exist_ok=True)
     cfg = scratch / "derived-pre-commit-config.yaml"

@@ -12,9 +12,6 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.utils import parse_wheel_filename
-from packaging.version import Version
-
 from vseries import am, fetch, git, series
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
@@ -60,12 +57,18 @@ def line_workspace(tag: str | None) -> Workspace:
 def series_version(release: str, n: int) -> str:
     """The PEP 440 version of the patched wheel: the release's with the local label
     ``series.<n>`` (added to a local label the release already has)."""
+    # packaging is imported where it is used: the command line parses options with the
+    # standard library alone (scripts/_venv.sh checks them before installing anything)
+    from packaging.version import Version
+
     v = Version(release)
     return str(Version(f"{v.public}+{v.local + '.' if v.local else ''}{LABEL}.{n}"))
 
 
 def wheel_name(release: str, version: str) -> str:
     """The release wheel's file name with ``version`` in place of its version."""
+    from packaging.utils import parse_wheel_filename
+
     parts = release.removesuffix(".whl").split("-")
     name = "-".join([parts[0], version, *parts[2:]]) + ".whl"
     parse_wheel_filename(name)  # raises InvalidWheelFilename on a bad result
@@ -112,6 +115,8 @@ def build(ws: Workspace, out_dir: Path | None = None) -> Built:
             cannot be fetched or verified; the series changes what a wheel cannot carry; the
             wheel's files differ from the tag's; the written wheel fails its check.
     """
+    from packaging.utils import parse_wheel_filename
+
     start = time.monotonic()
     pin = pinmod.load(ws.pin_file)
     entries = series.load(ws)
