@@ -5,8 +5,8 @@ rebases, the real series end to end). The full run (what CI runs) is every tier 
 test. ``--line <tag>``: that kept line's contract tier alone. A workspace test not marked
 slow that takes more than a few seconds is named at the end (the tier check in
 tests/workspace/conftest.py; only ten times that fails the run). A tier that fails, or that
-collects no test, makes the run fail. The upstream tier needs a CUDA device; without one it is reported
-as not run, with the reason, and does not count as a pass or a failure.
+collects no test, makes the run fail. The upstream tier needs a CUDA device; without one it is
+reported as not run, with the reason, and does not count as a pass or a failure.
 """
 
 import os
