@@ -11,10 +11,12 @@ specialised one", which on the base compares the kernel with itself). They run w
 patch only, never on the base or on plain upstream, where they could not fail.
 """
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vseries import git, pytestrun, series, upstreamed, worktree
+from vseries import git, host, pytestrun, series, upstreamed, worktree
 from vseries.errors import SeriesError
 from vseries.pytestrun import Case
 from vseries.workspace import Workspace
@@ -24,6 +26,15 @@ OUTCOME = {0: "pass", 1: "fail", 5: "no tests"}
 # -m expressions: the contract alone (base, plain upstream), and with its guards (patched).
 CONTRACT = "contract and not guard"
 WITH_GUARDS = "contract"
+
+
+def jobs() -> int:
+    """How many contract runs go at once: on a host without a GPU one per CPU core (at most
+    4), each run being an interpreter that imports torch and vLLM on one core; on a GPU host
+    one, so that no two runs share the device. VSERIES_CONTRACT_JOBS sets it."""
+    if os.environ.get("VSERIES_CONTRACT_JOBS"):
+        return max(1, int(os.environ["VSERIES_CONTRACT_JOBS"]))
+    return 1 if host.has_gpu() else min(4, os.cpu_count() or 1)
 
 
 @dataclass
@@ -82,10 +93,8 @@ def check_all(ws: Workspace, base: bool = True) -> list[tuple[series.Entry, Resu
             f"the line {ws.line} is not set up ({ws.rel(ws.vllm)} is missing)",
             "scripts/setup.sh   # sets up every kept line's trees beside the main line",
         )
-    rows = []
-    base_dir = worktree.base_tree(ws) if base else None
-    patched_dir = ws.vllm if ws.line else None
-    for e in series.load(ws):
+    entries = series.load(ws)
+    for e in entries:
         if not e.contract:
             raise SeriesError(
                 f"patch {e.name} names no contract test in {ws.rel(ws.series_file)}",
@@ -94,8 +103,21 @@ def check_all(ws: Workspace, base: bool = True) -> list[tuple[series.Entry, Resu
             )
         if not (ws.root / e.contract).exists():
             raise SeriesError(f"contract {e.contract} of {e.name} does not exist")
-        rows.append(check_one(e, base_dir, patched_dir, root=ws.root))
-    return rows
+    base_dir = worktree.base_tree(ws) if base else None
+    patched_dir = ws.vllm if ws.line else None
+    return check_many(entries, base_dir, patched_dir, root=ws.root)
+
+
+def check_many(
+    entries: list[series.Entry],
+    base_dir: Path | None,
+    patched_dir: Path | None = None,
+    root: Path | None = None,
+) -> list[tuple[series.Entry, Result, Result | None]]:
+    """check_one for each entry, jobs() patches at once; the rows in the entries' order."""
+    with ThreadPoolExecutor(jobs()) as pool:
+        rows = [pool.submit(check_one, e, base_dir, patched_dir, root) for e in entries]
+        return [r.result() for r in rows]
 
 
 def check_upstreamed(ws: Workspace) -> list[tuple[upstreamed.Record, Result]]:
@@ -105,7 +127,9 @@ def check_upstreamed(ws: Workspace) -> list[tuple[upstreamed.Record, Result]]:
     if not records:
         return []
     base_dir = worktree.base_tree(ws)
-    return [(r, run_one(r.contract, base_dir, root=ws.root)) for r in records]
+    with ThreadPoolExecutor(jobs()) as pool:
+        runs = [pool.submit(run_one, r.contract, base_dir, root=ws.root) for r in records]
+        return [(r, run.result()) for r, run in zip(records, runs, strict=True)]
 
 
 def report_upstreamed(rows) -> bool:

@@ -74,3 +74,36 @@ def test_guards_run_with_the_patch_only(tmp_path, monkeypatch, capsys):
     assert "1 failed, 1 deselected" in row[2].line  # the base ran the contract alone
     assert not contract.report([row])
     assert verdicts(capsys.readouterr().out) == {"0001-x.patch": "FAILS WITH THE PATCH"}
+
+
+# Each contract writes its own marker and waits for the other's: run one after the other, the
+# first would wait for a contract not started yet (600 s, then fail); run at once, both pass.
+WAITS = """import os, pathlib, time, pytest, mod
+pytestmark = pytest.mark.contract
+MARKS = pathlib.Path(os.environ["VSERIES_TEST_MARKS"])
+
+def test_value():
+    (MARKS / "{me}").touch()
+    end = time.monotonic() + 600  # a hang guard: the other run starts within seconds
+    while not (MARKS / "{other}").exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    assert (MARKS / "{other}").exists() and mod.VALUE == 2
+"""
+
+
+def test_contract_runs_go_at_once(tmp_path, monkeypatch, capsys):
+    """The contract tier runs patches' contracts side by side (issue 40: a 2-core host ran
+    them one at a time, on one core); the table keeps the series' order."""
+    monkeypatch.setenv("VSERIES_ROOT", str(tmp_path))
+    monkeypatch.setenv("VSERIES_CONTRACT_JOBS", "2")
+    monkeypatch.setenv("VSERIES_TEST_MARKS", str(tmp_path / "marks"))
+    (tmp_path / "marks").mkdir()
+    base, patched = trees(tmp_path, 1)
+    entries = []
+    for me, other in (("a", "b"), ("b", "a")):
+        test = tmp_path / "tests" / "contract" / f"test_{me}.py"
+        test.write_text(WAITS.format(me=me, other=other))
+        entries.append(series.Entry(f"000{len(entries) + 1}-{me}.patch", {"contract": str(test)}))
+    rows = contract.check_many(entries, base, patched)
+    assert contract.report(rows)
+    assert verdicts(capsys.readouterr().out) == {"0001-a.patch": "ok", "0002-b.patch": "ok"}
