@@ -32,6 +32,14 @@ for arg in "$@"; do
       ;;
   esac
 done
+# Bad options are refused before anything is created or installed: the verb parses them first
+# (its command line is standard library); setup.sh parses its own.
+options_ok() {
+  local verb
+  verb=$(basename "$0" .sh)
+  [ "$verb" = setup ] && return 0
+  VSERIES_ARGS_ONLY=1 VSERIES_PROG=$0 PYTHONDONTWRITEBYTECODE=1 "$1" -m vseries "$verb" "${@:2}"
+}
 if [ -z "${VIRTUAL_ENV:-}" ]; then
   if [ ! -x "$venv/bin/python" ]; then
     py=${PYTHON:-python3}
@@ -39,6 +47,7 @@ if [ -z "${VIRTUAL_ENV:-}" ]; then
       echo "error: Python >= 3.11 is needed (tomllib); set PYTHON=/path/to/python3.11" >&2
       exit 2
     fi
+    options_ok "$py" "$@" || exit
     echo "setup: creating $venv with $("$py" --version)"
     "$py" -m venv "$venv"
   fi
@@ -49,6 +58,7 @@ stamp="$VIRTUAL_ENV/.vseries-requirements"
 # shellcheck source=scripts/_venv_wanted.sh
 . scripts/_venv_wanted.sh
 if ! wanted | cmp -s - "$stamp" 2>/dev/null; then
+  options_ok python "$@" || exit
   echo "setup: installing the workspace requirements into $VIRTUAL_ENV"
   python -m pip install -q --upgrade pip
   python -m pip install -q -r requirements/workspace.txt

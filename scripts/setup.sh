@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: a virtual environment, vllm/ at the pin (git, else the
 # verified PyPI source release), the series applied, the editable install with the release
-# kernels, and a summary; then every kept line's trees (lines/<tag>/: its pin and series),
-# for its contract tier. Safe to run again: each step does nothing when it is already done.
+# kernels; then every kept line's trees (lines/<tag>/: its pin and series), for its contract
+# tier; the summary last. Safe to run again: each step does nothing when it is already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kept() { find lines -mindepth 2 -maxdepth 2 -name upstream.toml 2>/dev/null | cut -d/ -f2 | sort | tr '\n' ' '; }
@@ -44,16 +44,33 @@ if [ -n "$line" ]; then
   fi
   export VSERIES_LINE=$line VSERIES_VENV=.venv-$line
 fi
+# the steps; pip's warnings about the host's missing index folders counted in one line (see
+# scripts/_pip_locations.sh), the summary last
+steps() {
+  set -e
+  . scripts/_venv.sh
+  python -m vseries materialise
+  python -m vseries apply "${force[@]}"
+  python -m vseries build --no-summary
+  if [ -z "$line" ]; then
+    for pin in lines/*/upstream.toml; do
+      [ -e "$pin" ] || continue
+      tag=$(basename "$(dirname "$pin")")
+      VSERIES_LINE=$tag python -m vseries materialise
+      VSERIES_LINE=$tag python -m vseries apply "${force[@]}"
+      VSERIES_LINE=$tag python -m vseries build --line-requirements
+    done
+  fi
+}
+# shellcheck source=scripts/_pip_locations.sh
+. scripts/_pip_locations.sh
+note=$(mktemp)
+trap 'rm -f "$note"' EXIT
+set +e # steps sets -e in its own subshell; its status is read below
+{ steps 2>&1 1>&3 3>&- | pip_locations "$note" >&2; } 3>&1
+status=$?
+set -e
+pip_locations_said "$note"
+[ "$status" -eq 0 ] || exit "$status"
 . scripts/_venv.sh
-python -m vseries materialise
-python -m vseries apply "${force[@]}"
-python -m vseries build
-if [ -z "$line" ]; then
-  for pin in lines/*/upstream.toml; do
-    [ -e "$pin" ] || continue
-    tag=$(basename "$(dirname "$pin")")
-    VSERIES_LINE=$tag python -m vseries materialise
-    VSERIES_LINE=$tag python -m vseries apply "${force[@]}"
-    VSERIES_LINE=$tag python -m vseries build --line-requirements
-  done
-fi
+python -m vseries build --summary-only

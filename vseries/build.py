@@ -96,9 +96,9 @@ def summary(pin: pinmod.Pin, vdir: Path) -> None:
         print(f"    {line}")
 
 
-def build(reinstall: bool = False, ws: Workspace | None = None) -> None:
+def build(reinstall: bool = False, ws: Workspace | None = None, show: bool = True) -> None:
     """Install vllm/ editable into the running interpreter's environment (a no-op when it
-    already is, unless ``reinstall``).
+    already is, unless ``reinstall``); then the summary, unless not ``show``.
 
     Raises:
         SeriesError: the series changes compiled code (csrc/); a download or pip step failed.
@@ -134,7 +134,8 @@ def build(reinstall: bool = False, ws: Workspace | None = None) -> None:
             "build: vllm is installed editable from vllm/ with the release kernels; nothing "
             "to do (scripts/build.sh --reinstall redoes it)"
         )
-        summary(pin, vdir)
+        if show:
+            summary(pin, vdir)
         return
     wheel = fetch.fetch(pin.package, pin.wheel)
     ok_t, tv = host.probe("import torch, triton; print(torch.__version__, triton.__version__)")
@@ -175,7 +176,8 @@ def build(reinstall: bool = False, ws: Workspace | None = None) -> None:
             "the editable install of vllm/ failed (see pip's output above)",
             "scripts/build.sh   # after fixing what pip reported",
         )
-    summary(pin, vdir)
+    if show:
+        summary(pin, vdir)
 
 
 def line_requirements(ws: Workspace) -> list[str]:
@@ -216,7 +218,7 @@ def main(args) -> int:
         ws = Workspace.current()
         summary(pinmod.load(ws.pin_file), ws.vllm)
     else:
-        build(reinstall=args.reinstall)
+        build(reinstall=args.reinstall, show=not args.no_summary)
     return 0
 
 
@@ -229,6 +231,12 @@ def add_parser(sub) -> None:
         "print a summary: pin, source, patches applied, whether the kernels load here.",
     )
     p.add_argument("--summary-only", action="store_true", help="print the summary only")
+    p.add_argument(
+        "--no-summary",
+        action="store_true",
+        help="install without the summary (scripts/setup.sh prints it last, after the kept "
+        "lines' trees)",
+    )
     p.add_argument("--reinstall", action="store_true", help="run pip install -e again")
     p.add_argument(
         "--line-requirements",

@@ -4,6 +4,9 @@ Every verb module has ``add_parser(sub)`` (its sub-command, with a --help that s
 does) and a ``main(args)``; errors the user can act on are SeriesError: exit 2, the message,
 and a ``next:`` line with the command that fixes it. A script of scripts/ that execs a verb
 sets VSERIES_PROG to its own path: usage lines and errors then name the script.
+VSERIES_ARGS_ONLY=1: parse the command line (and run the verb's ``check``, when it sets one:
+options that conflict) and stop; scripts/_venv.sh checks a script's options this way before
+it creates or installs anything.
 """
 
 import argparse
@@ -50,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         args.verb_parser.error(f"unrecognized arguments: {' '.join(extra)}")
     name = os.path.basename(prog) if prog else args.verb
     try:
+        if os.environ.get("VSERIES_ARGS_ONLY"):  # scripts/_venv.sh, before installing
+            getattr(args, "check", lambda a: None)(args)
+            return 0
         return args.func(args)
     except SeriesError as e:
         print(f"{name}: error: {e}", file=sys.stderr)

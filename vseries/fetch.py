@@ -11,6 +11,8 @@ requests, tqdm and packaging are imported where they are used: the command line 
 verb's --help) needs nothing beyond the standard library.
 """
 
+from __future__ import annotations
+
 import fcntl
 import hashlib
 import os
@@ -39,7 +41,7 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def index_files(project: str, session: "requests.Session | None" = None) -> list[dict]:
+def index_files(project: str, session: requests.Session | None = None) -> list[dict]:
     """The ``files`` of ``project``'s page in the simple index (PEP 691 JSON): dicts with
     "filename", "url" and "hashes" {"sha256": hex}.
 
@@ -58,7 +60,7 @@ def index_files(project: str, session: "requests.Session | None" = None) -> list
     return r.json().get("files", [])
 
 
-def url_for(project: str, filename: str, session: "requests.Session") -> str:
+def url_for(project: str, filename: str, session: requests.Session) -> str:
     """The download URL of ``filename`` in ``project``'s simple-index page.
 
     Raises:
@@ -83,7 +85,7 @@ def url_for(project: str, filename: str, session: "requests.Session") -> str:
     )
 
 
-def _download(url: str, part: Path, session: "requests.Session", name: str) -> None:
+def _download(url: str, part: Path, session: requests.Session, name: str) -> None:
     from tqdm import tqdm
 
     have = part.stat().st_size if part.exists() else 0

@@ -2,10 +2,11 @@
 
 ``--fast`` is the edit-test loop: the workspace tier without the tests marked ``slow`` (real
 rebases, the real series end to end). The full run (what CI runs) is every tier with every
-test. A workspace test not marked slow that takes more than a few seconds fails the run
-(the tier check in tests/workspace/conftest.py). A tier that fails, or that collects no
-test, makes the run fail. The upstream tier needs a CUDA device; without one it is reported
-as not run, with the reason, and does not count as a pass or a failure.
+test. ``--line <tag>``: that kept line's contract tier alone. A workspace test not marked
+slow that takes more than a few seconds is named at the end (the tier check in
+tests/workspace/conftest.py; only ten times that fails the run). A tier that fails, or that
+collects no test, makes the run fail. The upstream tier needs a CUDA device; without one it is
+reported as not run, with the reason, and does not count as a pass or a failure.
 """
 
 import os
@@ -106,11 +107,29 @@ def tier_upstream(ws: Workspace, fast: bool) -> bool | None:
 RUN = {"workspace": tier_workspace, "contract": tier_contract, "upstream": tier_upstream}
 
 
+def tiers_of(args) -> list[str]:
+    """The tiers to run: --tier's; else --fast's (the workspace tier); else with --line the
+    line's contract tier alone (the workspace tier tests the tool, which is the same on every
+    line, from the main line's venv); else every tier. Raises SeriesError on --line with the
+    workspace tier or --fast."""
+    if args.line and (args.fast or "workspace" in (args.tier or [])):
+        raise SeriesError(
+            "the workspace tier tests the tool, not a line: it runs on the main line "
+            f"(--line {args.line[:80]} runs that line's contract tier)",
+            "scripts/test.sh --fast   # or scripts/test.sh --tier workspace",
+        )
+    if args.tier:
+        return args.tier
+    if args.fast:
+        return list(FAST)
+    return ["contract"] if args.line else list(TIERS)
+
+
 def main(args) -> int:
     ws = Workspace.current()
+    tiers = tiers_of(args)
     if args.line:
         ws = ws.kept(args.line, "scripts/test.sh")
-    tiers = args.tier or list(FAST if args.fast else TIERS)
     if set(tiers) & {"contract", "upstream"} and not ws.line:  # these import the installed vLLM
         installed_tree_ok(ws)
     results = {}
@@ -146,7 +165,8 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--line",
         metavar="TAG",
-        help="a kept line (lines/TAG/) alone: its contract tier against its own trees "
-        "(the full run already includes every kept line's contract tier)",
+        help="a kept line (lines/TAG/) alone: its contract tier against its own trees, from "
+        "its own venv .venv-TAG when scripts/setup.sh --line TAG made one (--tier upstream: "
+        "its upstream tier; the full run already includes every kept line's contract tier)",
     )
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, check=tiers_of)

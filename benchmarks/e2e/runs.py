@@ -200,6 +200,8 @@ class ProcessRun:
         n = st.sizing.prompts_for(run)
         argv = commands.bench_argv(self.plan, run.tree, s.port, run, n)
         timeout = max(60.0, 4 * cost)
+        if st.bench_subprocess:  # a new process per run, which imports vLLM first
+            timeout += schedule.BENCH_START_S
         timeout = min(timeout, max(10.0, self.budget.left() - STOP_S))
         clocks_before = gpu.clocks()
         if st.bench_subprocess:

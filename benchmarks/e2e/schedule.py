@@ -191,6 +191,9 @@ def max_model_len(cells, probe: tuple[int, ...] = PROBE_LENGTHS, margin: int = 2
 RESERVE_S = 30.0  # kept for stopping servers and flushing, on top of every estimate
 RUN_OVERHEAD_S = 4.0  # per bench run: dataset sampling, ready check, warm-up requests
 STOP_S = 15.0  # stopping the servers of one process and reading their logs
+# a `vllm bench serve` process (--bench-subprocess) imports vLLM before its run: 10-20 s on a
+# GPU host, up to a minute on a busy 2-core one; its run's timeout allows this much more
+BENCH_START_S = 300.0
 PROBE_S = 0.75  # per probe request (a prefill of <= 2047 tokens, maybe a JIT compile)
 
 

@@ -1,7 +1,8 @@
 """Fixtures: the real pinned tree (built once from the verified source release), throw-away
 workspace copies that point VSERIES_ROOT at it, small synthetic repos, and a local package
-index served on 127.0.0.1 for the download tests. And the tier check: a test not marked
-``slow`` that takes longer than SLOW_AFTER_S fails the run (see the end of this file)."""
+index served on 127.0.0.1 for the download tests. And the tier check: the tests not marked
+``slow`` that went past the fast tier's budget, named in a report at the end of the run (see the
+end of this file)."""
 
 import dataclasses
 import hashlib
@@ -398,15 +399,20 @@ def index(monkeypatch):
 
 
 # ---- the tier check ----------------------------------------------------------------------------
-# A test's tier is chosen by what it costs: one not marked slow may use SLOW_AFTER_S seconds
-# of CPU (its process and the processes it ran, waited for: what a 2-core host pays, and
-# what another job on a shared host hardly changes) and six times that in wall time (a test
-# that sleeps or waits on a time-out). Setup, call and teardown count, less the session- and
-# module-scoped fixtures it happened to set up first (paid once per worker, whichever test
-# comes first). A test past either limit fails the run, named. VSERIES_SLOW_AFTER_S changes
-# the limit; 0 turns the check off.
+# A test's tier is chosen by what it costs: one not marked slow should use at most SLOW_AFTER_S
+# seconds of CPU (its process and the processes it ran, waited for: what a 2-core host pays)
+# and WALL_FACTOR times that in wall time (a test that sleeps or waits on a time-out). Setup,
+# call and teardown count, less the session- and module-scoped fixtures it happened to set up
+# first (paid once per worker, whichever test comes first). A test past that budget is named in
+# a report at the end of the run, which does not change the run's verdict: a test near the
+# budget crosses it on a busy host by chance. The run fails only on a test not marked slow that
+# used FAIL_FACTOR times the CPU budget (a slow test without its marker: a real rebase, a
+# build): CPU time hardly grows on a busy host, so no healthy run comes near that; wall time,
+# which a busy host stretches without bound, never fails the run. VSERIES_SLOW_AFTER_S changes
+# the budget; 0 turns the check off.
 SLOW_AFTER_S = float(os.environ.get("VSERIES_SLOW_AFTER_S", "5"))
 WALL_FACTOR = 6
+FAIL_FACTOR = 10
 # Tests measured past the limit in files this branch leaves to another: the marker belongs on
 # the test itself; move it there with the file's next change and drop the line here.
 MEASURED_SLOW = {
@@ -478,7 +484,8 @@ class TierCheck:
             self.took[report.nodeid] = (props["tier_wall_s"], props["tier_cpu_s"])
 
     def pytest_sessionfinish(self, session):
-        """Fail the run when a test not marked slow went past the limits."""
+        """Name the tests not marked slow that went past the budget; fail the run on those
+        past FAIL_FACTOR times the CPU budget."""
         if hasattr(session.config, "workerinput"):
             return
         over = sorted(
@@ -488,19 +495,31 @@ class TierCheck:
         )[::-1]
         if not over:
             return
+        failing = [n for cpu, _, n in over if cpu > FAIL_FACTOR * SLOW_AFTER_S]
         text = (
-            f"{len(over)} test(s) not marked slow went past the fast tier's limit of "
+            f"{len(over)} test(s) not marked slow went past the fast tier's budget of "
             f"{SLOW_AFTER_S:g} s of CPU ({WALL_FACTOR * SLOW_AFTER_S:g} s of wall time) each:\n"
-            + "\n".join(f"{cpu:6.1f} s CPU {wall:6.1f} s wall  {n}" for cpu, wall, n in over)
-            + "\nmake them cheaper or mark them @pytest.mark.slow "
-            "(VSERIES_SLOW_AFTER_S=<seconds> sets the limit, 0 turns this check off)"
+            + "\n".join(
+                f"{cpu:6.1f} s CPU {wall:6.1f} s wall  {n}"
+                + ("   <- fails the run" if n in failing else "")
+                for cpu, wall, n in over
+            )
+            + "\nmake them cheaper or mark them @pytest.mark.slow. "
+            + (
+                f"{len(failing)} used more than {FAIL_FACTOR}x the CPU budget "
+                f"({FAIL_FACTOR * SLOW_AFTER_S:g} s): that fails the run."
+                if failing
+                else f"A report, not a failure: only more than {FAIL_FACTOR}x the CPU budget "
+                f"({FAIL_FACTOR * SLOW_AFTER_S:g} s) fails the run."
+            )
+            + " (VSERIES_SLOW_AFTER_S=<seconds> sets the budget, 0 turns this check off)"
         )
         tr = session.config.pluginmanager.get_plugin("terminalreporter")
         if tr is not None:
-            tr.ensure_newline()
-            tr.write_sep("=", "tier check", red=True)
+            tr.write("\n")  # the progress line ends without one
+            tr.write_sep("=", "tier check", red=bool(failing), yellow=not failing)
             tr.write_line(text)
         else:
             print(text, file=sys.stderr)
-        if session.exitstatus == pytest.ExitCode.OK:
+        if failing and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -266,7 +266,7 @@ def test_warmup_enumeration_measures_the_series_walk_on_cpu(tmp_path):
     assert 1 < rows[0]["variants"] <= rows[1]["variants"]
     rep = subprocess.run(
         [sys.executable, str(BENCH / "warmup_enumeration.py"), "--report", str(out),
-         "--out", str(tmp_path / "r")], capture_output=True, text=True, timeout=300,
+         "--out", str(tmp_path / "r")], capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert rep.returncode == 0, rep.stderr[-2000:]
     md = (tmp_path / "r.md").read_text()
@@ -337,7 +337,7 @@ def test_kernels_phase_runs_each_tree_once(tmp_path, ktrees, benched):
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=600,
     )
     out = p.stdout + p.stderr
     skipped = [line for line in out.splitlines() if line.startswith("!!! skipped (budget)")]

@@ -74,3 +74,85 @@ def test_guards_run_with_the_patch_only(tmp_path, monkeypatch, capsys):
     assert "1 failed, 1 deselected" in row[2].line  # the base ran the contract alone
     assert not contract.report([row])
     assert verdicts(capsys.readouterr().out) == {"0001-x.patch": "FAILS WITH THE PATCH"}
+
+
+# Each contract leaves a marker named by its tree, its file and its process, and waits for a
+# marker of the other tree: base and patched must run at the same time (one after the other,
+# the first would wait for 600 s, then fail).
+WAITS = """import os, pathlib, time, pytest, mod
+pytestmark = pytest.mark.contract
+MARKS = pathlib.Path(os.environ["VSERIES_TEST_MARKS"])
+
+def test_value():
+    (MARKS / f"{{mod.NAME}}-{me}-{{os.getpid()}}").touch()
+    other = "base" if mod.NAME == "patched" else "patched"
+    end = time.monotonic() + 600  # a hang guard: the other tree's run starts within seconds
+    while not list(MARKS.glob(other + "-*")) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert list(MARKS.glob(other + "-*")) and mod.VALUE == 2
+"""
+
+
+def named_trees(tmp_path) -> tuple:
+    """trees() whose mod.py also says which tree it is (NAME)."""
+    base, patched = trees(tmp_path, 1)
+    for tree in (base, patched):
+        (tree / "mod.py").write_text((tree / "mod.py").read_text() + f"NAME = '{tree.name}'\n")
+    return base, patched
+
+
+def entries_of(tmp_path, bodies: dict[str, str]) -> list:
+    out = []
+    for me, body in bodies.items():
+        test = tmp_path / "tests" / "contract" / f"test_{me}.py"
+        test.write_text(body)
+        out.append(series.Entry(f"000{len(out) + 1}-{me}.patch", {"contract": str(test)}))
+    return out
+
+
+def test_a_trees_contracts_share_one_interpreter_and_the_trees_go_at_once(
+    tmp_path, monkeypatch, capsys
+):
+    """On a host without a GPU (more than one job) the contracts of one tree run in one
+    interpreter (torch and vLLM imported once, not once per contract), base and patched side
+    by side (issue 40: a 2-core host ran 24 interpreters one at a time, on one core); the
+    table keeps the series' order."""
+    monkeypatch.setenv("VSERIES_ROOT", str(tmp_path))
+    monkeypatch.setenv("VSERIES_CONTRACT_JOBS", "2")
+    monkeypatch.setenv("VSERIES_TEST_MARKS", str(tmp_path / "marks"))
+    (tmp_path / "marks").mkdir()
+    base, patched = named_trees(tmp_path)
+    entries = entries_of(tmp_path, {me: WAITS.format(me=me) for me in ("a", "b")})
+    rows = contract.check_many(entries, base, patched)
+    assert contract.report(rows)
+    assert verdicts(capsys.readouterr().out) == {"0001-a.patch": "ok", "0002-b.patch": "ok"}
+    pids = {}
+    for mark in (tmp_path / "marks").iterdir():
+        tree, me, pid = mark.name.split("-")
+        pids.setdefault(tree, set()).add(pid)
+    assert len(pids["base"]) == len(pids["patched"]) == 1 and pids["base"] != pids["patched"]
+    assert all("one run with the tree's other contracts" in r[1].line for r in rows)
+
+
+ALONE = """import sys, pytest, mod
+pytestmark = pytest.mark.contract
+
+def test_value():
+    assert mod.VALUE == 2
+    assert not [m for m in sys.modules if m.endswith("test_a")], "test_a ran in this process"
+"""
+
+
+def test_an_unexpected_outcome_in_the_shared_run_is_run_again_alone(tmp_path, monkeypatch, capsys):
+    """A contract that fails patched next to another contract (here on purpose: it fails
+    where test_a was imported) is run again alone, and that run decides: a shared interpreter
+    never turns a pass into a reported failure, nor hides a contract that passes on base."""
+    monkeypatch.setenv("VSERIES_ROOT", str(tmp_path))
+    monkeypatch.setenv("VSERIES_CONTRACT_JOBS", "2")
+    base, patched = trees(tmp_path, 1)
+    entries = entries_of(tmp_path, {"a": TEST, "b": ALONE})
+    rows = contract.check_many(entries, base, patched)
+    assert contract.report(rows)
+    assert verdicts(capsys.readouterr().out) == {"0001-a.patch": "ok", "0002-b.patch": "ok"}
+    assert "one run with" in rows[0][1].line and "one run with" not in rows[1][1].line
+    assert rows[1][1].line.startswith("1 passed"), rows[1][1].line

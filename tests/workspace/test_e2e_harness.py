@@ -740,9 +740,11 @@ def test_compile_hook_as_sitecustomize(tmp_path):
     env["TRITON_CACHE_DIR"] = str(tmp_path / "tcache")
     driver = tmp_path / "drive.py"  # Triton wants @jit functions in a file
     driver.write_text(DRIVE_HOOKS)
+    t0 = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, str(driver)], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, str(driver)], env=env, capture_output=True, text=True, timeout=600
     )
+    wall_ms = (time.perf_counter() - t0) * 1e3
     assert out.returncode == 0, out.stderr
     info = json.loads(out.stdout.strip().splitlines()[-1])
     assert info["skip"] is None  # a truthy pre-hook value would make Triton skip the compile
@@ -752,13 +754,15 @@ def test_compile_hook_as_sitecustomize(tmp_path):
     assert rec["kernel"] == "fused_moe_kernel" and rec["module"] == "__main__"
     assert rec["spec"] == "[('*fp8e4nv', 'D'), ('i32', ''), ('constexpr', 16)]"
     assert rec["constants"] == {"(2,)": 16} and rec["num_warps"] == 4
-    assert 15 <= rec["duration_ms"] < 5000 and rec["rank"] == 3
+    # in milliseconds, pre- to post-hook: the driver sleeps 20 ms between them, and the
+    # whole run bounds it (on any host: no fixed upper limit)
+    assert 15 <= rec["duration_ms"] <= wall_ms and rec["rank"] == 3
     assert rec["fc_num_tokens"] is None  # no vLLM forward in progress
     assert rec["triton_cache_dir"] == str(tmp_path / "tcache")  # where the cache was looked up
     # without the variable nothing is installed
     env.pop("VSERIES_COMPILE_LOG_DIR")
     out = subprocess.run(
-        [sys.executable, str(driver)], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, str(driver)], env=env, capture_output=True, text=True, timeout=600
     )
     assert json.loads(out.stdout.strip().splitlines()[-1])["pre"] is None, out.stderr
 
@@ -892,7 +896,7 @@ def test_server_process_group_start_ready_stop(tmp_path):
     """)
     s = servers.Server("base", port, [sys.executable, "-c", code], dict(os.environ), tmp_path)
     s.start()
-    deadline = time.time() + 30
+    deadline = time.time() + 600  # a hang guard: ready in about a second
     while not s.check_ready() and time.time() < deadline:
         time.sleep(0.2)
     assert s.t_ready and s.startup_s() is not None and s.exited() is None
@@ -1546,7 +1550,7 @@ def test_runner_end_to_end_on_a_stand_in_server(tmp_path, model_dir):
         "--probe-lengths",
         "3,129",
         "--budget-s",
-        "400",
+        "3000",  # far past what the run takes on any host: the budget decides nothing here
         "--startup-estimate-s",
         "10",
         "--port-base",
@@ -1649,7 +1653,7 @@ def test_bench_subprocess_fallback(tmp_path, model_dir):
         "--probe-lengths",
         "",
         "--budget-s",
-        "300",
+        "3000",  # far past what the run takes on any host: the budget decides nothing here
         "--startup-estimate-s",
         "10",
         "--port-base",
@@ -1681,9 +1685,7 @@ def test_budget_too_small_starts_nothing(tmp_path, model_dir, capsys):
         "180",
         "--bench-subprocess",
     ]
-    t0 = time.monotonic()
-    assert runner.main(argv) == 0
-    assert time.monotonic() - t0 < 10
+    assert runner.main(argv) == 0  # refused before any server started: the records say so
     assert "a process needs" in capsys.readouterr().out
     recs = results.read_lines([out / "results.jsonl"])
     assert [r["kind"] for r in recs] == ["session"]
@@ -1716,7 +1718,7 @@ def test_host_script_dry_run(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
     assert p.returncode == 0, p.stdout + p.stderr
     out = p.stdout
@@ -1793,7 +1795,7 @@ def test_deepseek_v4_config_and_flavours():
         + ["--arch", "deepseek-v4", "--flavour", "fp8static"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=600,
     )
     assert p.returncode == 2 and "not valid for deepseek-v4" in p.stderr, p.stderr
     # weights of 4 layers (block FP8 experts): ~28.5 GB, two servers fit one H200
@@ -1948,7 +1950,7 @@ def test_host_script_deepseek_v4(tmp_path):
             env={**env, **kw},
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=600,
         )
 
     p = host()
@@ -2099,7 +2101,7 @@ def test_sigterm_stops_the_servers(tmp_path, model_dir):
         "5",
     ]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 60
+    deadline = time.time() + 600  # a hang guard: the probe comes in seconds
     while time.time() < deadline:
         recs = results.read_lines([out / "results.jsonl"])
         if any(r["kind"] == "probe" for r in recs):
@@ -2108,7 +2110,7 @@ def test_sigterm_stops_the_servers(tmp_path, model_dir):
     start = next(r for r in recs if r["kind"] == "startup")
     assert start["ok"] and f"--port {port} " not in " ".join(start["server_cmd"]) + " "
     p.send_signal(15)
-    text = p.communicate(timeout=60)[0]
+    text = p.communicate(timeout=600)[0]
     assert p.returncode == 3, text
     assert "terminated: servers stopped" in text
     pid = int(re.search(r"server pid (\d+)", text)[1])

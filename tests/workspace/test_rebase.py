@@ -8,7 +8,11 @@ and v0.33.0.
 """
 
 import argparse
+import dataclasses
+import fcntl
+import hashlib
 import io
+import json
 import os
 import re
 import tarfile
@@ -18,9 +22,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, git, make_patch
 
-from vseries import apply, contract, patchfile, rebase, release, series
+from vseries import apply, contract, patchfile, pytestrun, rebase, release, series
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
+from vseries.rebase import contracts as rebase_contracts
 from vseries.rebase import engine
 
 SHORT = "abc1234de"
@@ -711,9 +716,54 @@ def maintainer_fix(vdir: Path) -> None:
     git(vdir, "add", *unmerged)
 
 
+class SharedRuns:
+    """``contract.run_one`` for the rebase's contract runs, each run (a contract file's bytes
+    on a clean tree's git tree id, with the same options) made once per test session and
+    read back by the other real rebases, on any xdist worker: they all start from the same
+    line, so their runs on its old pin are the same runs (5 of each rebase's 10, about 60 s
+    of CPU). Each rebase still makes its own runs on its plain upstream."""
+
+    def __init__(self, store: Path):
+        self.store = store
+
+    def __getattr__(self, name):  # the rest of the contract module
+        return getattr(contract, name)
+
+    def run_one(self, test, tree, extra=(), root=None, cpu_only=False, marks=contract.CONTRACT):
+        args = (test, tree, list(extra), root, cpu_only, marks)
+        if tree is None or root is None or git(tree, "status", "--porcelain"):
+            return contract.run_one(*args)
+        key = hashlib.sha256()
+        for part in (git(tree, "rev-parse", "HEAD^{tree}"), test, *extra, cpu_only, marks):
+            key.update(f"{part}\0".encode())
+        key.update((Path(root) / test).read_bytes())
+        done = self.store / f"{key.hexdigest()}.json"
+        with open(done.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # a run in progress elsewhere: wait for it
+            if done.exists():
+                d = json.loads(done.read_text())
+                cases = [pytestrun.Case(**c) for c in d["cases"]]
+                return contract.Result(d["code"], d["line"], str(tree), tuple(d["skips"]), cases)
+            r = contract.run_one(*args)
+            d = {"code": r.code, "line": r.line, "skips": list(r.skips)}
+            d["cases"] = [dataclasses.asdict(c) for c in r.cases]
+            done.with_suffix(".part").write_text(json.dumps(d))
+            done.with_suffix(".part").rename(done)
+            return r
+
+
+@pytest.fixture(scope="session")
+def shared_runs(tmp_path_factory) -> SharedRuns:
+    """A SharedRuns whose store the session's xdist workers share."""
+    base = tmp_path_factory.getbasetemp()
+    store = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "contract-runs"
+    store.mkdir(exist_ok=True)
+    return SharedRuns(store)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("tag", list(COMMITS))
-def test_real_rebase_from_the_pin(ws_before, monkeypatch, tmp_path, tag):
+def test_real_rebase_from_the_pin(ws_before, monkeypatch, tmp_path, tag, shared_runs):
     """The real series onto a later release, offline (verified source releases), with
     contracts, from the newest line older than that release (the main line, or a kept line
     such as lines/v0.21.0/ once the main pin has moved past it). A conflict on a patch the
@@ -725,6 +775,7 @@ def test_real_rebase_from_the_pin(ws_before, monkeypatch, tmp_path, tag):
     if ws is None:
         pytest.skip(f"no line of the series is older than {tag}")
     monkeypatch.setenv("VSERIES_OFFLINE", "1")
+    monkeypatch.setattr(rebase_contracts, "contract", shared_runs)
     for extra in ("tests", "vseries", "pyproject.toml"):  # the contract tests and what they use
         (ws / extra).symlink_to(ROOT / extra)
     apply.apply()

@@ -487,11 +487,14 @@ def site_of(venv: Path) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tag", [None, *KEPT], ids=["main", *KEPT])
-def test_the_real_wheel_builds_in_under_a_minute_with_the_release_kernels(real_wheel, tag):
+def test_the_real_wheel_builds_with_the_release_kernels_compressed_once(real_wheel, tag):
+    """The verb takes seconds (under a minute on a busy 2-core host, printed here) because
+    nothing is compressed again: every member the series leaves alone is copied as the release
+    stored it. That is checked, not the time (a threshold on time fails by chance)."""
     built = real_wheel(tag)
+    print(f"{tag or 'main'}: the wheel built in {built.seconds:.1f} s")
     pin = pinmod.load(line_ws(tag).pin_file)
     entries = series.load(line_ws(tag))
-    assert built.seconds < 60, f"{built.seconds:.0f} s"
     assert built.version == str(Version(f"{pin.version}+series.{len(entries)}"))
     assert check_record(built.path) == len(built.checked.names)
     release = fetch.fetch(pin.package, pin.wheel)
@@ -503,6 +506,11 @@ def test_the_real_wheel_builds_in_under_a_minute_with_the_release_kernels(real_w
     touched = {c.path for c in [*built.plan.put, *built.plan.drop]}
     same = [n for n in old if n in new and n not in touched]
     assert all(new[n] == old[n] for n in same) and len(same) > 1000
+    stored = {}
+    for wheel in (release, built.path):
+        with zipfile.ZipFile(wheel) as z:
+            stored[wheel] = {i.filename: (i.compress_type, i.compress_size) for i in z.infolist()}
+    assert [n for n in same if stored[built.path][n] != stored[release][n]] == []
 
 
 @pytest.mark.slow
