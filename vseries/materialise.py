@@ -48,6 +48,8 @@ def ensure(route: str = "auto", quiet: bool = False, ws: Workspace | None = None
                 f"git -C vllm fetch --depth 1 origin {pin.commit}   # or move vllm/ away and "
                 "run scripts/setup.sh",
             )
+        if git.rev(vdir, f"refs/replace/{pin.commit}"):  # set up before gc was turned off
+            _gc_off(vdir)
         if not quiet:
             print(f"materialise{ws.label}: {ws.rel(vdir)} present ({source_of(vdir)})")
         return vdir
@@ -108,6 +110,7 @@ def _line_from_main(ws: Workspace, commit: str, tag: str) -> Path:
         refs = ["+refs/replace/*:refs/replace/*", "+refs/tags/*:refs/tags/*"]
         git.run(vdir, "fetch", "-q", str(main), *refs)
         git.run(vdir, "checkout", "-q", "--detach", commit)
+        release.no_auto_gc(vdir)
         for b in git.run(vdir, "for-each-ref", "--format=%(refname:short)", "refs/heads").split():
             git.run(vdir, "branch", "-q", "-D", b)  # the main line's branches are not this line's
         git.run(vdir, "remote", "remove", "origin")
@@ -140,3 +143,17 @@ def add_parser(sub) -> None:
         help="git (shallow fetch), sdist (verified PyPI source release), or auto",
     )
     p.set_defaults(func=main)
+
+
+def _gc_off(vdir: Path) -> None:
+    """release.no_auto_gc for a tree set up before it existed, and its gc.log removed where
+    that log is the failure it prevents (git would warn about it on every command)."""
+    if git.run(vdir, "config", "--get", "gc.auto", check=False) == "0":
+        return
+    release.no_auto_gc(vdir)
+    log = Path(git.run(vdir, "rev-parse", "--path-format=absolute", "--git-path", "gc.log"))
+    if log.exists() and "bad object" in log.read_text(errors="replace"):
+        log.unlink()
+        print(
+            f"materialise: {vdir.name}/ automatic gc turned off (it failed on the stand-in commit)"
+        )

@@ -158,6 +158,17 @@ def repo_from_sdist(tarball: Path, dest: Path, commit: str, tag: str, note: str)
     git.run(dest, "tag", "-a", "-f", "-m", f"vLLM {tag}", tag, commit, env=env)
     git.run(dest, "checkout", "-q", "-f", "--detach", commit)
     git.run(dest, "config", "vseries.source", note)
+    no_auto_gc(dest)
+
+
+def no_auto_gc(repo: Path) -> None:
+    """Turn git's automatic gc off in ``repo``, where a commit stands in for upstream's through
+    ``refs/replace/``. gc packs with replacements ignored: HEAD, the release tag and the base
+    worktrees name an id no object has, so ``git gc --auto`` (run by commit, am, rebase) fails
+    with "fatal: bad object" and leaves gc.log, whose warning every later git command in the
+    tree then prints. A manual ``git gc`` fails the same way; nothing in the workspace needs it."""
+    git.run(repo, "config", "gc.auto", "0")
+    git.run(repo, "config", "maintenance.auto", "false")
 
 
 def add_release(repo: Path, tarball: Path, tag: str, commit: str | None, note: str) -> Release:
@@ -206,6 +217,7 @@ def add_release(repo: Path, tarball: Path, tag: str, commit: str | None, note: s
         if have is None:
             git.run(repo, "update-ref", f"refs/replace/{upstream}", synthetic)
             made.append(f"refs/replace/{upstream}")
+            no_auto_gc(repo)
         elif git.run(repo, "rev-parse", f"{have}^{{tree}}") != tree_id:
             raise SeriesError(
                 f"{upstream[:12]} already resolves in {repo} to a different tree "

@@ -1,12 +1,15 @@
 """Materialising vllm/ from the verified source release as the workspace's submodule."""
 
+import hashlib
 import shutil
 import subprocess
+import tarfile
+import zlib
 
 import pytest
 from conftest import ROOT, git
 
-from vseries import materialise
+from vseries import materialise, release
 from vseries.errors import SeriesError
 
 
@@ -76,3 +79,36 @@ def test_real_workspace_submodule_is_registered(pin):
         ["git", "-C", str(ROOT), "ls-files", "-s", "vllm"], capture_output=True, text=True
     ).stdout
     assert out.startswith(f"160000 {pin.commit}")
+
+
+def test_auto_gc_never_fails_on_the_stand_in_commit(tmp_path):
+    """A tree made from a source release: ``git gc --auto`` (which commit, am and rebase run)
+    packed with the replace ref ignored, failed with "fatal: bad object HEAD" and left gc.log,
+    whose warning every later git command in vllm/ printed. Automatic gc is off there."""
+    top = tmp_path / "src" / "pkg-1.0"
+    top.mkdir(parents=True)
+    (top / "pyproject.toml").write_text("[project]\n")
+    (top / "a.py").write_text("x = 1\n")
+    tarball = tmp_path / "pkg-1.0.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(top, arcname="pkg-1.0")
+    repo = tmp_path / "repo"
+    release.repo_from_sdist(tarball, repo, "1" * 40, "v9.9.9", "sdist (test)")
+    # gc --auto estimates the loose objects from objects/17/ alone: past 6700 / 256 there
+    objects, n, made = repo / ".git" / "objects", 0, 0
+    while made < 30:
+        data = f"blob {len(str(n))}\0{n}".encode()
+        sha = hashlib.sha1(data).hexdigest()
+        if sha.startswith("17"):
+            (objects / "17").mkdir(exist_ok=True)
+            (objects / "17" / sha[2:]).write_bytes(zlib.compress(data))
+            made += 1
+        n += 1
+    r = subprocess.run(
+        ["git", "-C", str(repo), "-c", "gc.autoDetach=false", "gc", "--auto"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0 and "bad object" not in r.stderr, r.stderr
+    assert not (repo / ".git" / "gc.log").exists()
+    assert git(repo, "rev-parse", "HEAD") == "1" * 40  # still the stand-in
