@@ -172,7 +172,7 @@ PY
       install_wheel
       # shellcheck source=benchmarks/h200/served.sh
       . benchmarks/h200/served.sh
-      for w in ${WAVES:-1 2 3}; do
+      for w in ${WAVES:-1 2 3 4}; do
         case $w in
           1) served_wave 1 300 bd1:base:fp8dyn:trace sd1:series:fp8dyn:trace \
             bs1:base:fp8static:trace ss1:series:fp8static:trace bd2:base:fp8dyn sd2:series:fp8dyn ;;
@@ -180,6 +180,10 @@ PY
             sd3:series:fp8dyn bs3:base:fp8static ss3:series:fp8static ;;
           3) served_wave 3 200 ws1:wheel:fp8static bd4:base:fp8dyn sd4:series:fp8dyn \
             bs4:base:fp8static ss4:series:fp8static ;;
+          # v0.34.0 with the rule of #50040 alone (TRITON asked for) against its default
+          4) served_wave 4 240 bt1:base:fp8static::triton bs5:base:fp8static \
+            bt2:base:fp8static::triton bs6:base:fp8static bt3:base:fp8static::triton \
+            bs7:base:fp8static ;;
         esac
       done
       run_ws series 60 python3 -P -m benchmarks.served.report "$R"/served/*.json \

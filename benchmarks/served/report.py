@@ -49,10 +49,32 @@ def tree_of(rec: dict) -> str:
     return "series" if rec.get("tree") == "wheel" else rec.get("tree", "?")
 
 
+def arm_of(rec: dict) -> str:
+    """What a process measured: its tree, and the MoE backend when one was asked for
+    (``--moe-backend``): v0.34.0 with TRITON asked for is an arm of its own, never pooled with
+    v0.34.0's default."""
+    asked = rec.get("moe_backend") or "auto"
+    return tree_of(rec) if asked == "auto" else f"{tree_of(rec)} --moe-backend {asked}"
+
+
+def medians(recs: list[dict], flavour: str, batch: str, arm: str) -> list[float]:
+    """Each process's median TPOT of one arm at one flavour and batch size."""
+    meds = [
+        med(r["tpot_ms"].get(batch, []))
+        for r in recs
+        if "error" not in r and r["flavour"] == flavour and arm_of(r) == arm
+    ]
+    return [m for m in meds if m is not None]
+
+
+def spread(ms: list[float]) -> str:
+    return f"{med(ms):.3f} ({min(ms):.3f}-{max(ms):.3f}), n={len(ms)}"
+
+
 def process_rows(recs: list[dict], batches: list[str]) -> list[list[str]]:
     ref = {}  # the first base process of each flavour: the tokens every other is held to
     for r in recs:
-        if tree_of(r) == "base" and "tokens" in r:
+        if arm_of(r) == "base" and "tokens" in r:
             ref.setdefault(r["flavour"], r)
     rows = []
     for r in recs:
@@ -89,14 +111,7 @@ def summary(recs: list[dict], batches: list[str], layer: dict) -> list[list[str]
     flavours = sorted({r["flavour"] for r in recs if "error" not in r})
     for fl in flavours:
         for b in batches:
-            per_tree = {}
-            for t in ("base", "series"):
-                meds = [
-                    med(r["tpot_ms"].get(b, []))
-                    for r in recs
-                    if "error" not in r and r["flavour"] == fl and tree_of(r) == t
-                ]
-                per_tree[t] = [m for m in meds if m is not None]
+            per_tree = {t: medians(recs, fl, b, t) for t in ("base", "series")}
             if not per_tree["base"] or not per_tree["series"]:
                 continue
             mb, ms = med(per_tree["base"]), med(per_tree["series"])
@@ -110,10 +125,8 @@ def summary(recs: list[dict], batches: list[str], layer: dict) -> list[list[str]
                 [
                     fl,
                     b,
-                    f"{mb:.3f} ({min(per_tree['base']):.3f}-{max(per_tree['base']):.3f}), "
-                    f"n={len(per_tree['base'])}",
-                    f"{ms:.3f} ({min(per_tree['series']):.3f}-{max(per_tree['series']):.3f}), "
-                    f"n={len(per_tree['series'])}",
+                    spread(per_tree["base"]),
+                    spread(per_tree["series"]),
                     f"{mb / ms:.3f}x",
                     f"{saved:.3f}",
                     "-" if pred is None else f"{pred:.3f}",
@@ -121,6 +134,25 @@ def summary(recs: list[dict], batches: list[str], layer: dict) -> list[list[str]
                     f"{wins} of {len(per_tree['series'])}",
                 ]  # fmt: skip
             )
+    return rows
+
+
+def backend_rows(recs: list[dict], batches: list[str]) -> list[list[str]]:
+    """v0.34.0's default against each backend asked for on v0.34.0 (``--moe-backend``), per
+    flavour and batch size: what the oracle's choice is worth on the base alone."""
+    rows = []
+    asked = sorted({arm_of(r) for r in recs if "error" not in r} - {"base", "series"})
+    for arm in (a for a in asked if a.startswith("base ")):
+        for fl in sorted({r["flavour"] for r in recs if "error" not in r}):
+            for b in batches:
+                base, other = medians(recs, fl, b, "base"), medians(recs, fl, b, arm)
+                if not base or not other:
+                    continue
+                wins = sum(m < min(base) for m in other)
+                rows.append(
+                    [fl, b, spread(base), arm, spread(other), f"{med(base) / med(other):.3f}x",
+                     f"{wins} of {len(other)}"]
+                )  # fmt: skip
     return rows
 
 
@@ -165,6 +197,13 @@ def build(paths: list[Path], layer_paths: list[Path], shape: str) -> tuple[str, 
          "series processes faster than every base process"],
         summary(recs, batches, layer_us(layer_rows, shape)),
     )  # fmt: skip
+    br = backend_rows(recs, batches)
+    if br:
+        table2 += "\n\n" + results.markdown_table(
+            ["flavour", "batch", "v0.34.0 default TPOT ms (range of processes)", "against",
+             "its TPOT ms", "default / it", "its processes faster than every default one"],
+            br,
+        )  # fmt: skip
     tr = trace_rows(recs)
     table3 = results.markdown_table(
         ["process", "tree", "MoE backend", "batch", "steps", "step us (profiled)",

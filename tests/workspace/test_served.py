@@ -220,3 +220,25 @@ def test_a_process_marked_gone_completes_the_wave_and_loses_the_turn(tmp_path):
     turns.main([str(tmp_path), "--index", "1", "--count", "2"])  # its parent marks it gone
     assert a.wait_all(0.5) == [0, 1]
     a.take(timeout_s=1)
+
+
+def test_a_backend_asked_for_on_the_base_is_an_arm_of_its_own(tmp_path):
+    """v0.34.0 with --moe-backend triton (the rule of #50040 without the series) is compared
+    with v0.34.0's default on its own, never pooled into the base's column."""
+    toks = [[1, 2, 3]]
+    paths = [
+        _record(tmp_path, "bs1", "base", "fp8static", [2.10, 2.14], toks),
+        _record(tmp_path, "bs2", "base", "fp8static", [2.20, 2.22], toks),
+        _record(tmp_path, "ss1", "series", "fp8static", [1.80, 1.82], toks),
+        _record(tmp_path, "bt1", "base", "fp8static", [2.30, 2.32], toks),
+        _record(tmp_path, "bt2", "base", "fp8static", [2.40, 2.42], toks),
+    ]
+    for p in paths[3:]:
+        p.write_text(json.dumps({**json.loads(p.read_text()), "moe_backend": "triton"}))
+    text, _ = report.build(paths, [], "qwen3-30b-a3b")
+    lines = text.splitlines()
+    main = next(ln for ln in lines if ln.startswith("| fp8static | 1 | 2."))
+    assert "2.165 (2.120-2.210), n=2" in main  # bs1 and bs2 only
+    row = next(ln for ln in lines if "| base --moe-backend triton |" in ln and "| 1 |" in ln)
+    assert "2.165 (2.120-2.210), n=2 | base --moe-backend triton | 2.360 (2.310-2.410), n=2" in row
+    assert "| 0.917x | 0 of 2 |" in row
