@@ -161,6 +161,43 @@ def repo_from_sdist(tarball: Path, dest: Path, commit: str, tag: str, note: str)
     no_auto_gc(dest)
 
 
+@dataclass(frozen=True)
+class StandIn:
+    """A commit made from a source release (``_commit``) that a base resolves to.
+
+    Attributes:
+        commit: the id it was asked for (what a branch on it records as its parent).
+        synthetic: its own id (a root commit: no upstream history behind it).
+        tag: the release tag it was made for, e.g. "v0.34.0".
+        upstream: upstream's id of that tag as the release names it (full or short).
+    """
+
+    commit: str
+    synthetic: str
+    tag: str
+    upstream: str
+
+
+MADE = re.compile(
+    r"^vLLM (\S+) from source release \S+\n\nStands in for upstream commit ([0-9a-f]+)"
+)
+
+
+def stands_in(repo: Path, commit: str) -> StandIn | None:
+    """What ``commit`` is when it resolves in repo to a commit made from a source release
+    (itself, or through ``refs/replace/<commit>``); None for a commit of upstream's history."""
+    synthetic = git.rev(repo, f"refs/replace/{commit}") or git.rev(repo, commit)
+    if not synthetic:
+        return None
+    head = git.run(repo, "log", "-1", "--format=%P%x00%ae%x00%B", synthetic, check=False)
+    parents, _, rest = head.partition("\x00")
+    email, _, message = rest.partition("\x00")
+    m = MADE.match(message)
+    if parents or email != IDENT["GIT_AUTHOR_EMAIL"] or not m:
+        return None
+    return StandIn(commit, synthetic, m.group(1), m.group(2))
+
+
 def no_auto_gc(repo: Path) -> None:
     """Turn git's automatic gc off in ``repo``, where a commit stands in for upstream's through
     ``refs/replace/``. gc packs with replacements ignored: HEAD, the release tag and the base

@@ -16,12 +16,13 @@ import os
 import re
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, git, make_patch
 
-from vseries import apply, patchfile, prs, refresh, series
+from vseries import apply, patchfile, prs, refresh, release, series
 from vseries import git as vgit
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
@@ -113,6 +114,7 @@ def test_one_branch_per_patch_alone_trailer_stripped_series_untouched(tiny):
     cmd = (out / "commands.sh").read_text()
     assert "git -C vllm push --force fork pr/perf-kernel-five:refs/heads/pr/perf-kernel-five" in cmd
     assert "gh pr create --repo vllm-project/vllm --base main" in cmd
+    assert "rebase" not in cmd and "GIT_NO_REPLACE_OBJECTS" not in cmd  # a pin from git
     assert "--title '[Perf][Kernel] five' --body-file \"$here/body.md\"" in cmd
     assert subprocess.run(["bash", "-n", str(out / "commands.sh")]).returncode == 0
 
@@ -851,7 +853,9 @@ def test_a_benchmark_naming_a_workspace_path_is_left_out_and_checks_say_why(tiny
     assert pr.ok
     body = (tiny / "out/prs/0001/body.md").read_text()
     assert "Benchmark `lat`:" in body and "command `vllm bench latency --batch-size 1" in body
-    assert "bench_moe" not in body and "`moe`" not in body  # not shown, nor called missing
+    assert "bench_moe" not in body and "Benchmark `moe`" not in body  # not shown,
+    assert "No results were found for `moe`" not in body  # nor called missing, but said:
+    assert "Not shown here: the figures of `moe` (on NVIDIA H200), measured with" in body
     said = (tiny / "out/prs/0001/checks.txt").read_text()
     assert "benchmark moe left out of the body: it names the workspace's python -m " in said
 
@@ -1166,3 +1170,178 @@ def test_a_host_without_a_gpu_reads_as_needs_cuda_not_as_a_failure(message):
     counts as 'needs CUDA'; an assertion of the test's own does not."""
     assert prchecks.CUDA_ABSENT.search(message)
     assert not prchecks.CUDA_ABSENT.search("AssertionError: max |err| / max |ref| = 0.07")
+
+
+# --- unfinished bodies -------------------------------------------------------------------------
+
+
+def left_out_moe(root: Path) -> None:
+    """Results of bench ``moe`` whose command is the workspace's own script (left out)."""
+    res = root / "benchmarks" / "results"
+    res.mkdir(parents=True)
+    (root / "benchmarks" / "bench_moe.py").write_text("")
+    for v, us in (("base", [22.9, 52.3]), ("patched", [20.0, 50.0])):
+        text = bench_json(v, "2026-11-29", us)
+        (res / f"moe-{v}.json").write_text(
+            text.replace("python benchmarks/bench_moe.py", "python -m benchmarks.bench_moe")
+        )
+
+
+def test_a_left_out_benchmark_leaves_no_lead_in_hanging(tiny):
+    """The sentence that introduced the figures of a benchmark left out ends as a sentence,
+    and one line says what was measured where in their place; the body is ready."""
+    msg = (
+        "[Core] lead\n\nWhy.\n\n## Test Result\n\nThe layer, % of the read roofline beside "
+        "each:\n\nH200 results: (benchmarks/results/)\n\nNot measured yet: served decode."
+    )
+    add(tiny, write("b.py", "x = 31\n"), msg, options="bench=moe")
+    left_out_moe(tiny)
+    [pr] = prs.prs(hooks=False, tests=False)
+    body = (tiny / "out/prs/0001/body.md").read_text()
+    assert "beside each:" not in body and "% of the read roofline beside each.\n" in body
+    said = "Not shown here: the figures of `moe` (on NVIDIA H200), measured with scripts"
+    assert said in body and body.index(said) < body.index("Not measured yet")
+    assert prchecks.unfinished(body) == [] and pr.ok, pr.problems
+
+
+@pytest.mark.parametrize(
+    "text, flagged",
+    [
+        ("## Test Result\n\nThe figures beside each:\n\n## Details\n\nx", "lead-in"),
+        ("## Test Result\n\nNot re-tuned yet:\n\nTests and checks on it:\n\n- a", "lead-in"),
+        ("## Test Result\n\nThe output of both runs goes here.", "placeholder"),
+        ("## Test Result\n\nTBD after the H200 run.", "placeholder"),
+        ("## Details\n\nRoot causes:\n\n1. one\n2. two", None),
+        ("## Test Result\n\nRun:\n\n```bash\npytest x\n```", None),
+        ("## Details\n\nThe comment `# TODO` goes, and:\n\n| a |\n|---|\n| 1 |", None),
+    ],
+)
+def test_unfinished_sentences_of_a_body(text, flagged):
+    got = prchecks.unfinished(text)
+    if flagged:
+        assert len(got) == 1 and flagged in got[0] and "scripts/refresh.sh" in got[0], got
+    else:
+        assert got == []
+
+
+def test_a_body_with_a_placeholder_or_a_hanging_lead_in_is_not_ready(tiny):
+    msg = (
+        "[Core] goes\n\nWhy.\n\n## Test Result\n\nBoth runs fail before and pass after. The "
+        "output of both runs goes here.\n\nTimes beside each:\n\n## Details\n\nNone."
+    )
+    add(tiny, write("b.py", "x = 32\n"), msg)
+    [pr] = prs.prs(hooks=False, tests=False)
+    assert not pr.ok
+    text = (tiny / "out/prs/0001/checks.txt").read_text()
+    assert 'placeholder ("goes here"): "The output of both runs goes here."' in text
+    assert 'lead-in that introduces nothing: "...Times beside each:"' in text
+    assert not (tiny / "out/prs/0001/commands.sh").exists()
+
+
+@pytest.mark.parametrize("entry", real_entries(), ids=lambda e: e.name)
+def test_real_patch_body_leaves_no_lead_in_hanging(entry):
+    """Each patch's body as prs renders it from the workspace's own results (those naming its
+    scripts left out): no sentence ending in ':' with nothing after it."""
+    pin = pinmod.load(ROOT / "upstream.toml").commit
+    info = patchfile.info(ROOT / "patches" / entry.name)
+    foreign = paths.checker(ROOT, ROOT / "vllm", pin)
+    names = results.bench_names(entry.options)
+    found = results.load_results(ROOT / "benchmarks" / "results", names)
+    benches, names, _, missing = prbody.upstream_only(found, names, foreign)
+    template = publish.pr_template(ROOT / "vllm", pin)
+    text = prbody.body(info, "v0.34.0", benches, names, checks_of(info), template, None, missing)
+    assert [p for p in prchecks.unfinished(text) if "lead-in" in p] == []
+
+
+# --- a base made from a source release ---------------------------------------------------------
+
+
+def source_release_pin(root: Path, tmp_path: Path) -> tuple[Path, str]:
+    """Upstream (a bare repository: an earlier commit, then the release tagged as the pin's
+    tag) and the tiny workspace's vllm/ on the same release made from its source release
+    (release.add_release: a root commit), which becomes the pin. Returns (upstream, the
+    release's upstream commit)."""
+    vdir, tag = root / "vllm", pinmod.load().tag
+    up = tmp_path / "up"
+    up.mkdir()
+    git(up, "init", "-q")
+    (up / "a.py").write_text("old\n")
+    git(up, "add", "-A")
+    git(up, "-c", "user.name=u", "-c", "user.email=u@u", "commit", "-qm", "earlier")
+    for f in ("a.py", "b.py"):
+        shutil.copy(vdir / f, up / f)
+    (up / "pyproject.toml").write_text("[project]\n")
+    git(up, "add", "-A")
+    git(up, "-c", "user.name=u", "-c", "user.email=u@u", "commit", "-qm", "release")
+    git(up, "tag", tag)
+    real = git(up, "rev-parse", "HEAD")
+    bare = tmp_path / "up.git"
+    git(tmp_path, "clone", "-q", "--bare", str(up), str(bare))
+    src = tmp_path / "sdist" / f"vllm-{tag[1:]}"
+    (src / "vllm").mkdir(parents=True)
+    for f in ("a.py", "b.py", "pyproject.toml"):
+        shutil.copy(up / f, src / f)
+    (src / "vllm" / "_version.py").write_text(f"__commit_id__ = 'g{real[:9]}'\n")
+    tarball = tmp_path / f"vllm-{tag[1:]}.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(src, arcname=src.name)
+    made = release.add_release(vdir, tarball, tag, None, "sdist (test)")
+    assert made.base == made.synthetic and not made.full  # as v0.34.0 is pinned today
+    pinmod.dump(dataclasses.replace(pinmod.load(), commit=made.base), root / "upstream.toml")
+    git(vdir, "checkout", "-q", "--detach", made.base)
+    return bare, real
+
+
+def test_commands_sh_moves_a_branch_off_a_source_release_onto_upstream(tiny, tmp_path):
+    """A branch on a commit made from a source release shares no history with upstream:
+    commands.sh fetches upstream's commit of the release, rebases the branch onto it (the
+    same tree) outside vllm/'s HEAD, pushes that, and refuses a branch still on the stand-in."""
+    upstream, real = source_release_pin(tiny, tmp_path)
+    vdir = tiny / "vllm"
+    add(tiny, write("b.py", "x = 33\n"), "[Core] onto\n\nWhy.\n\n" + RELATION + AI)
+    as_submitter(tiny)
+    [pr] = prs.prs(hooks=False, tests=False, sign=True)
+    assert pr.ok, pr.problems
+    synthetic = pinmod.load().commit
+    assert git(vdir, "rev-parse", f"{pr.branch}^") == synthetic
+    cmd = tiny / "out/prs/0001/commands.sh"
+    fork = tmp_path / "fork.git"
+    git(tmp_path, "init", "-q", "--bare", str(fork))
+    git(vdir, "remote", "add", "fork", str(fork))
+    git(vdir, "remote", "add", "upstream", str(upstream))
+    bin_ = tmp_path / "bin"  # gh: the network's side, stubbed
+    bin_.mkdir()
+    (bin_ / "gh").write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/gh.args\n')
+    (bin_ / "gh").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "FORK_OWNER": "me"}
+    # the stand-in's check alone (the rebase taken out): refused, nothing pushed
+    text = cmd.read_text()
+    cut = re.sub(r"(?ms)^if git -C vllm merge-base --is-ancestor .*?^fi\n", "", text)
+    assert cut != text
+    (tmp_path / "cut.sh").write_text(cut.replace('here="$(cd', f'here="{cmd.parent}" #'))
+    r = subprocess.run(["bash", str(tmp_path / "cut.sh")], capture_output=True, text=True, env=env)
+    assert r.returncode == 1 and "sits on a commit made from a source release" in r.stderr
+    assert git(fork, "for-each-ref") == ""
+    head = git(vdir, "rev-parse", "HEAD")
+    r = subprocess.run(["bash", str(cmd)], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert git(vdir, "merge-base", pr.branch, real) == real  # on upstream's history
+    assert git(vdir, "rev-parse", f"{pr.branch}^") == real
+    assert git(fork, "rev-parse", f"{pr.branch}^") == real
+    assert git(vdir, "diff", synthetic, real) == ""  # the same tree: the rebase was exact
+    assert git(vdir, "diff", pr.commit, pr.branch) == ""
+    assert "scripts/prs.sh --base upstream/main" in r.stdout
+    assert (git(vdir, "rev-parse", "HEAD"), len(git(vdir, "worktree", "list").splitlines())) == (
+        head,
+        1,
+    )
+    assert "--base main --head me:" + pr.branch in (tmp_path / "gh.args").read_text()
+
+
+def test_push_refuses_a_base_made_from_a_source_release(tiny, tmp_path):
+    source_release_pin(tiny, tmp_path)
+    add(tiny, write("b.py", "x = 34\n"), "[Core] push\n\nWhy.\n\n" + RELATION + AI)
+    as_submitter(tiny)
+    with pytest.raises(SeriesError, match="made from its source release") as e:
+        prs.prs(do_push=True, remote="fork", hooks=False, tests=False, sign=True)
+    assert "--base upstream/main" in (e.value.fix or "")

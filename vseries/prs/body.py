@@ -24,6 +24,7 @@ from vseries.patchfile import PatchInfo
 from vseries.prs import checklist as boxes
 from vseries.prs.checks import Checks
 from vseries.prs.results import Bench, measurements
+from vseries.release import IDENT, StandIn
 
 STATUS_LINE = re.compile(r"^Upstream-Status: .*\n", re.M)
 SIGNOFF_LINE = re.compile(r"^Signed-off-by: .*\n", re.M)
@@ -185,11 +186,11 @@ def upstream_only(
     benches: list[Bench],
     names: list[tuple[str, str | None]],
     foreign: Callable[[str], list[str]],
-) -> tuple[list[Bench], list[tuple[str, str | None]], list[str]]:
+) -> tuple[list[Bench], list[tuple[str, str | None]], list[str], str]:
     """The benchmarks whose figures name no path of the workspace (``foreign``: paths.py),
     the series' names still looked for (a name whose benchmarks were all left out is not
-    "not found"), and one line per benchmark left out, for checks.txt: an upstream
-    maintainer can rerun only vLLM's own commands."""
+    "not found"), one line per benchmark left out, for checks.txt (an upstream maintainer
+    can rerun only vLLM's own commands), and the body's line for them (``left_out``)."""
     keep, left, notes = [], [], []
     for b in benches:
         bad = foreign(measurements([b], []))
@@ -213,7 +214,30 @@ def upstream_only(
         for n, r in names
         if any(of(n, b.name) for b in keep) or not any(of(n, b) for b in left)
     ]
-    return keep, kept_names, notes
+    return keep, kept_names, notes, left_out([b for b in benches if b.name in left], foreign)
+
+
+def left_out(benches: list[Bench], foreign: Callable[[str], list[str]]) -> str:
+    """The body's one line for benchmarks left out (upstream_only): what was measured and
+    where, and vLLM's command that reproduces it where the record names one ("" for none).
+    It stands where the figures would (so a lead-in that introduced them is not left
+    hanging: ``body``)."""
+    said = []
+    for b in benches:
+        recorded = [x for x in b.sources if x.get("command", "(not recorded)") != "(not recorded)"]
+        where = [x["device"] for x in recorded if x["device"] != "(not recorded)"]
+        where = list(dict.fromkeys(where))
+        cmds = list(dict.fromkeys(x["command"] for x in recorded if not foreign(x["command"])))
+        extra = ([f"on {', '.join(where)}"] if where else []) + (
+            [f"vLLM reproduces them with {', '.join(f'`{c}`' for c in cmds)}"] if cmds else []
+        )
+        said.append(f"`{b.name}`" + (f" ({'; '.join(extra)})" if extra else ""))
+    if not said:
+        return ""
+    names = ", ".join(said[:-1]) + " and " + said[-1] if len(said) > 1 else said[0]
+    return (
+        f"Not shown here: the figures of {names}, measured with scripts that are not part of vLLM."
+    )
 
 
 def body(
@@ -224,6 +248,7 @@ def body(
     checks: Checks | None,
     template: str | None = None,
     review: boxes.Review | None = None,
+    missing: str = "",
 ) -> str:
     """The PR description in the layout of the base tree's PR template (``layout``).
 
@@ -234,6 +259,8 @@ def body(
         checks: what ran on the branch, or None when the branch was not checked.
         template: the base tree's ``.github/PULL_REQUEST_TEMPLATE.md`` (None: none).
         review: the PR's /pr-checklist report (checklist.py), or None.
+        missing: the line for the benchmarks left out (``left_out``): it stands where the
+            figures would, and a lead-in ending in ':' before it ends in '.' instead.
     """
     s = sections(info.message)
     new = layout(template) == NEW
@@ -249,13 +276,16 @@ def body(
         )
     if not new:  # (v0.34.0's checklist covers code quality; the checks below name the hooks)
         plan.append("Lint: `pre-commit run --files " + " ".join(info.files) + "`")
-    figures = unwrap(measurements(benches, names))
+    figures = "\n\n".join(x for x in (unwrap(measurements(benches, names)), missing) if x)
     own = s["test result"]
     if "- [x] AI assistance" in tail:  # the ticked box says it: the message's sentence goes
         own = "\n\n".join(p for p in own.split("\n\n") if not p.startswith("AI assistance:"))
     placed = PENDING.search(own)
     if placed:
-        own = own[: placed.start()] + figures + own[placed.end() :]
+        before = own[: placed.start()].rstrip()
+        if missing and not measurements(benches, names) and before.endswith(":"):
+            before = before[:-1] + "."  # its figures are left out: it introduces none
+        own = "\n\n".join(x for x in (before, figures, own[placed.end() :].strip("\n")) if x)
     result = [own.strip()] if own.strip() else []
     ran = checks_md(info, checks) if checks is not None else ""
     if ran:
@@ -300,9 +330,14 @@ def commands(
     upstream_repo: str,
     owner: str | None,
     pr_url: str | None,
+    onto: StandIn | None = None,
+    upstream_url: str = "",
 ) -> str:
     """commands.sh: push the branch to the fork, then open (or, when already submitted,
-    update) the PR with gh. Paths are relative to the script, which lives in out/prs/NNNN/."""
+    update) the PR with gh. Paths are relative to the script, which lives in out/prs/NNNN/.
+    Where the branch sits on a commit made from a source release (``onto``: it has no
+    upstream history), the script first moves it onto upstream's own commit of that release
+    (``to_upstream``) and refuses to push it otherwise."""
     who = owner or "${FORK_OWNER:?set FORK_OWNER to your GitHub user}"
     head = f"{who}:{branch}"
     gh = (
@@ -330,9 +365,59 @@ def commands(
         'person who submits: scripts/prs.sh --sign, then this script again" >&2\n'
         "  exit 1\n"
         "fi\n"
-        "# --force: the branch is remade from the patch file on every run (the patch is the\n"
+        + (to_upstream(branch, onto, upstream_url) if onto else "")
+        + "# --force: the branch is remade from the patch file on every run (the patch is the\n"
         "# source of truth; review changes go into the patch, then scripts/prs.sh again)\n"
         f"git -C vllm push --force {shlex.quote(remote)} "
         f"{branch}:refs/heads/{branch}\n"
         f'{gh} --title {shlex.quote(title_text)} --body-file "$here/body.md"\n'
+    )
+
+
+def to_upstream(branch: str, onto: StandIn, url: str) -> str:
+    """The part of commands.sh that puts a branch made on a source release's commit (a root:
+    pushed, it shares no history with upstream) onto upstream's own commit of that release
+    (its tag, fetched from vllm/'s remote ``upstream`` when it has one, else from ``url``):
+    ``git rebase --onto``, exact where the trees are equal, in a temporary worktree (vllm/'s
+    HEAD and series stay as they are); it stops on a conflict. Then it refuses to push a
+    branch whose history, read without ``refs/replace/`` (GIT_NO_REPLACE_OBJECTS), is not
+    upstream's alone."""
+    b, q = shlex.quote(branch), shlex.quote
+    sdist = IDENT["GIT_AUTHOR_EMAIL"]
+    return (
+        f"# The base is vLLM {onto.tag} as made from its source release (commit "
+        f"{onto.synthetic[:12]}, no parent):\n"
+        "# it shares no history with upstream. Move the branch onto upstream's own commit of\n"
+        "# the release (the same tree: the rebase is exact), then check that its history is\n"
+        "# upstream's.\n"
+        f"base={onto.commit}\n"
+        f"upstream=$(git -C vllm remote get-url upstream 2>/dev/null || echo {q(url)})\n"
+        f'git -C vllm fetch -q --no-tags "$upstream" refs/tags/{onto.tag}\n'
+        "pin=$(git -C vllm rev-parse 'FETCH_HEAD^{commit}')\n"
+        'if [ "$(git -C vllm rev-parse "$pin^{tree}")" != '
+        '"$(git -C vllm rev-parse "$base^{tree}")" ]; then\n'
+        f"  echo \"commands.sh: upstream's {onto.tag} ($pin) has another tree than the source "
+        'release; the rebase applies the patch anew" >&2\n'
+        "fi\n"
+        f'if git -C vllm merge-base --is-ancestor "$base" {b}; then\n'
+        '  wt=$(mktemp -d "${TMPDIR:-/tmp}/pr-rebase.XXXXXX")\n'
+        f'  git -C vllm worktree add -q "$wt" {b}\n'
+        '  if ! git -C "$wt" rebase -q --onto "$pin" "$base"; then\n'
+        f"    echo \"commands.sh: {branch} does not rebase cleanly onto upstream's {onto.tag} "
+        "($pin); resolve it in $wt (git rebase --continue), then: git -C vllm worktree remove "
+        '$wt, and this script again" >&2\n'
+        "    exit 1\n"
+        "  fi\n"
+        '  git -C vllm worktree remove "$wt"\n'
+        "fi\n"
+        f"if ! roots=$(GIT_NO_REPLACE_OBJECTS=1 git -C vllm log --max-parents=0 --format=%ae {b}) "
+        f'|| grep -qxF {sdist} <<<"$roots"; then\n'
+        f'  echo "commands.sh: {branch} sits on a commit made from a source release, not on '
+        "upstream's history; not pushing\" >&2\n"
+        "  exit 1\n"
+        "fi\n"
+        f"echo \"commands.sh: {branch} is on upstream's {onto.tag} ($pin). Upstream merges "
+        "onto main: before you open the PR, remake it on current main and rerun its checks "
+        'there (git -C vllm fetch \\"$upstream\\" main:refs/remotes/upstream/main, then '
+        'scripts/prs.sh --base upstream/main)."\n'
     )

@@ -44,6 +44,55 @@ CUDA_ABSENT = re.compile(
 )
 
 
+# a sentence left for later: a placeholder where text or output should be
+PLACEHOLDER = re.compile(r"(?i:\bgoes here\b|\bto be (?:added|filled in)\b)|\b(?:TODO|TBD|FIXME)\b")
+# a block that carries what a lead-in ending in ':' introduces: a list, table, code, quote, HTML
+CARRIES = re.compile(r"^(?:\s*(?:[-*+]|\d+[.)])\s|\s*\||```|~~~| {4}|\t|\s*[<>])", re.M)
+
+
+def unfinished(body: str) -> list[str]:
+    """The sentences of a PR body that are not finished: a lead-in ending in ':' that nothing
+    follows (the end of its section, or prose without the list, table or code it
+    introduces), and a placeholder ("goes here", "TODO", "TBD", ...). Code (fenced, indented,
+    inline) and HTML comments are not read for placeholders."""
+    problems = []
+    blocks = [b for b in re.split(r"\n\s*\n", body) if b.strip()]
+    fenced = False
+    for i, block in enumerate(blocks):
+        code = fenced or block.lstrip().startswith(("```", "~~~")) or re.match(r" {4}|\t", block)
+        if block.count("```") % 2:
+            fenced = not fenced
+        if code:
+            continue
+        last = block.rstrip().splitlines()[-1]
+        nxt = blocks[i + 1] if i + 1 < len(blocks) else ""
+        if (
+            last.rstrip().endswith(":")
+            and not re.match(r"\s*#", last)
+            and not CARRIES.search(nxt if not re.match(r"#|---\s*$", nxt) else "")
+        ):
+            problems.append(
+                f'the body has a lead-in that introduces nothing: "...{last.strip()[-80:]}" '
+                "(followed by "
+                + (f'"{nxt.strip().splitlines()[0][:60]}..."' if nxt else "nothing")
+                + "); finish the sentence in the patch message (in vllm/: git commit --amend, "
+                "then scripts/refresh.sh)"
+            )
+        code_at = [m.span() for m in re.finditer(r"`[^`]*`|<!--.*?-->", block, re.S)]
+        for m in PLACEHOLDER.finditer(block):
+            if any(a <= m.start() < b for a, b in code_at):
+                continue
+            start = max(block.rfind(". ", 0, m.start()) + 2, block.rfind("\n", 0, m.start()) + 1)
+            end = block.find(".", m.end())
+            sentence = block[start : end + 1 if end >= 0 else len(block)].strip()
+            problems.append(
+                f'the body has a placeholder ("{m.group(0)}"): "{sentence[:160]}"; put the text or '
+                "output there, or remove the sentence, in the patch message (in vllm/: git "
+                "commit --amend, then scripts/refresh.sh)"
+            )
+    return problems
+
+
 @dataclass
 class Checks:
     """What the PR tool checked on a branch; rendered into the Test Result section.

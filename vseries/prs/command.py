@@ -1,6 +1,6 @@
 """``vseries prs``: make, check and describe one upstream PR per patch; push; record."""
 
-from vseries import git, patchfile, series
+from vseries import git, patchfile, release, series
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
 from vseries.prs import comment, publish
@@ -60,6 +60,16 @@ def prs(
             "--push pushes signed-off branches only: the person who submits certifies the DCO "
             "and signs each commit (--sign, as vllm/'s git identity); nothing was pushed",
             f"scripts/prs.sh --sign --push --remote {remote}",
+        )
+    stand_in = release.stands_in(vdir, base_id)
+    if do_push and stand_in:
+        raise SeriesError(
+            f"--push: the base {label} is vLLM {stand_in.tag} as made from its source release, "
+            "a commit with no parent: a branch on it shares no history with upstream; nothing "
+            "was pushed",
+            f"git -C vllm fetch {pin.repo} main:refs/remotes/upstream/main && scripts/prs.sh "
+            f"--base upstream/main --sign --push --remote {remote}   # or out/prs/NNNN/"
+            "commands.sh, which moves each branch onto upstream's commit first",
         )
     signer = identity(vdir) if sign else None
     remote_refs = publish.ls_remote(vdir, remote) if do_push else {}
@@ -134,9 +144,19 @@ def add_parser(sub) -> None:
         "patch alone on the upstream base, unsigned (--sign: signed off as you), checked "
         "(DCO, vLLM's own pre-commit hooks, the patch's tests), and its title, body and push "
         "commands in out/prs/NNNN/. --sign --push pushes all branches when every one passed; "
-        "--record NNNN URL marks a patch submitted.",
+        "--record NNNN URL marks a patch submitted. Where the base was made from a source "
+        "release (vllm/ set up without GitHub: a commit with no parent), commands.sh first "
+        "moves each branch onto upstream's own commit of that release, fetched from vllm/'s "
+        "remote 'upstream' or from GitHub, and refuses to push one still on it.",
     )
-    p.add_argument("--base", help="upstream ref in vllm/ to base the PRs on (default: the pin)")
+    p.add_argument(
+        "--base",
+        help="upstream ref in vllm/ to base the PRs on (default: the pin). Use it before "
+        "submitting, to make and check the PRs on current upstream main (which is what they "
+        "merge onto): git -C vllm fetch https://github.com/vllm-project/vllm.git "
+        "main:refs/remotes/upstream/main, then --base upstream/main; --push needs it where "
+        "the pin was made from a source release",
+    )
     p.add_argument(
         "--sign",
         action="store_true",

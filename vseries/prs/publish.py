@@ -11,11 +11,12 @@ import re
 import shutil
 from pathlib import Path
 
-from vseries import git
+from vseries import git, release
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
 from vseries.prs import body as prbody
 from vseries.prs import checklist, paths, results
+from vseries.prs import checks as prchecks
 from vseries.prs.branches import PR
 from vseries.workspace import Workspace
 
@@ -35,6 +36,13 @@ check requires: `scripts/prs.sh --sign` remakes the branches signed off as vllm/
 identity (`git commit --amend --no-edit --reset-author -s`; the AI `Co-authored-by:` trailer
 stays), and `commands.sh` refuses a branch that is not signed off by its author. The patch
 files keep the sign-off under which they entered the workspace.
+
+Base: where vllm/ was set up from the source release (no GitHub), the branches sit on a
+commit made from it, with no parent; `commands.sh` moves each onto upstream's commit of the
+release (fetched from vllm/'s remote `upstream`, else from GitHub) before it pushes. PRs merge
+onto upstream main: `scripts/prs.sh --base upstream/main` (after `git -C vllm fetch
+https://github.com/vllm-project/vllm.git main:refs/remotes/upstream/main`) makes and checks
+them there.
 
 Checklist: the AI-assistance box is ticked from the patch's AI `Co-authored-by:` trailer; the
 `/pr-checklist` box and the four review boxes only from a current report of vLLM's
@@ -138,7 +146,7 @@ def write(
         d.mkdir()
         foreign = paths.checker(ws.root, ws.vllm, pr.commit or pin.commit)
         names = results.bench_names(pr.entry.options)
-        benches, names, notes = prbody.upstream_only(
+        benches, names, notes, missing = prbody.upstream_only(
             results.load_results(found, names), names, foreign
         )
         patch_id = git.patch_id(ws.vllm, pr.entry.path.read_text(errors="replace")) or ""
@@ -146,7 +154,7 @@ def write(
         notes.append(checklist.note(review, pr.slug, patch_id))
         title = prbody.title(pr.info)
         (d / "title.txt").write_text(title + "\n")
-        text = prbody.body(pr.info, label, benches, names, pr.checks, template, review)
+        text = prbody.body(pr.info, label, benches, names, pr.checks, template, review, missing)
         (d / "body.md").write_text(text)
         pr.problems += checklist.agents_gaps(pr.info.message, pr.info.coauthors)
         bad = foreign(text)
@@ -157,6 +165,7 @@ def write(
                 "...); rewrite the patch message where it names them (in vllm/: git commit "
                 "--amend, then scripts/refresh.sh)"
             )
+        pr.problems += prchecks.unfinished(text)
         (d / "branch.txt").write_text(pr.branch + "\n")
         if pr.checks:
             (d / "checks.json").write_text(pr.checks.to_json())
@@ -182,6 +191,8 @@ def write(
                     upstream,
                     owner,
                     m.group(1) if m else None,
+                    release.stands_in(ws.vllm, git.run(ws.vllm, "rev-parse", f"{pr.commit}^")),
+                    pin.repo,
                 )
             )
             cmd.chmod(0o755)
