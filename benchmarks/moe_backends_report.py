@@ -62,7 +62,9 @@ def table(base: dict, series: dict) -> tuple[str, list[dict]]:
         fi = base.get((shape, dtype, m, "flashinfer"))
         ser = series.get((shape, dtype, m, "default"))
         dec = series.get((shape, dtype, m, "decode16"))
-        dflt = fi if DEFAULT_BACKEND[dtype] == "flashinfer" and fi else tri
+        # the default's own rows only: a static row whose FLASHINFER_CUTLASS run failed has no
+        # default figure, never TRITON's in its place
+        dflt = fi if DEFAULT_BACKEND[dtype] == "flashinfer" else tri
         s_us = med(ser)
 
         def ratio(rows, s_us=s_us):

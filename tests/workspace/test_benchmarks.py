@@ -398,3 +398,8 @@ def test_backends_report_puts_flashinfer_beside_triton_and_the_series(tmp_path):
     # dynamic: no FlashInfer layer; default is TRITON (36 us): 1.80x twice
     assert "| 36.0, 24% | - | 20.0, 42% | 1.80x | 1.80x | 20.0, 42% |" in dynamic
     assert {p["dtype"]: p["flashinfer"] for p in points} == {"static": 20, "dynamic": None}
+    # a static row whose FLASHINFER_CUTLASS run failed has no default figure, not TRITON's
+    base = {k: v for k, v in mbr.load([tmp_path / "b.json"]).items() if k[3] != "flashinfer"}
+    text, _ = mbr.table(base, mbr.load([tmp_path / "s.json"]))
+    static = next(ln for ln in text.splitlines() if "| static | 1 |" in ln)
+    assert "| 25.0, 30% | - | 20.0, 40% | - | 1.25x | - |" in static
