@@ -27,10 +27,10 @@
 # BUDGET seconds (default 560).
 # Results and logs in $OUT (one tarball, one log).
 set -uo pipefail
-OUT=${OUT:-/tmp/out}
+OUT=${OUT:-/tmp/out} && mkdir -p "$OUT"
 # results persist on the host across calls (a later phase reads an earlier one's files); each
 # call returns all of them
-R=${R:-/root/r} && mkdir -p "$R"
+R=${R:-${HOME:-/root}/r} && mkdir -p "$R"
 # shellcheck source=benchmarks/h200/lib.sh
 . benchmarks/h200/lib.sh
 deadline=$((SECONDS + ${BUDGET:-560}))
