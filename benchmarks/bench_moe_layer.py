@@ -5,11 +5,13 @@ timed against the HBM read roofline.
 
 Variants per row, in the tree it runs in (``--variant`` names the tree):
 
-- ``default``: what the TRITON backend runs in this tree (plain v0.34.0: ``TritonExperts``;
-  the series: ``TritonOrFp8DecodeExperts``, the two decode kernels at the batch sizes it
-  takes, else ``TritonExperts``);
-- ``general`` (trees with more than one candidate class): ``TritonExperts`` alone in the
-  same tree, i.e. the series without its decode patch (with the series' other patches);
+- ``default``: the series' decode backend where the tree has one (``--moe-backend
+  triton_fp8_decode``: ``TritonOrFp8DecodeExperts``, the two decode kernels at the batch
+  sizes it takes, else ``TritonExperts``), else the TRITON backend (plain v0.34.0:
+  ``TritonExperts``);
+- ``general`` (trees with the decode backend): the TRITON backend of the same tree,
+  ``TritonExperts`` with the series' configs, which the series' ``auto`` runs for these
+  layers on SM90;
 - ``decode16`` (``--decode16``, the series): the decode kernels taken at every batch of up to
   16 tokens (the path's own rule stops at 2): where its cliff is;
 - ``flashinfer`` (``--flashinfer``): the FLASHINFER_CUTLASS backend, FlashInfer's CUTLASS
@@ -44,11 +46,13 @@ BATCHES = (*range(1, 17), 32, 64)
 SCALES = ("static", "dynamic")
 
 
-def candidates():
-    """The experts classes of the TRITON backend in this tree, in the oracle's order."""
+def candidates() -> list[tuple[type, str]]:
+    """(experts class, FP8 backend) in this tree: the decode backend's classes where the tree
+    has that backend, then the TRITON backend's, each in the oracle's order."""
     from vllm.model_executor.layers.fused_moe.oracle import fp8
 
-    return list(fp8.backend_to_kernel_cls(fp8.Fp8MoeBackend.TRITON))
+    backends = [b for b in ("TRITON_FP8_DECODE", "TRITON") if b in fp8.Fp8MoeBackend.__members__]
+    return [(c, b) for b in backends for c in fp8.backend_to_kernel_cls(fp8.Fp8MoeBackend[b])]
 
 
 def build(cls, cfg, s1, s2, a1, a2, backend: str = "TRITON"):
@@ -135,16 +139,15 @@ def flashinfer_variant(cfg) -> Variant | None:
 
 
 def variants_for(cfg, static: bool, args) -> dict[str, Variant]:
-    classes = candidates()
-    usable = [c for c in classes if accepts(c, cfg, static)]
+    usable = [(c, b) for c, b in candidates() if accepts(c, cfg, static)]
     out: dict[str, Variant] = {}
     if usable:
-        out["default"] = Variant("default", usable[0])
-    general = [c for c in usable if c.__name__ == "TritonExperts"]
-    if general and general[0] is not usable[0]:
-        out["general"] = Variant("general", general[0])
+        out["default"] = Variant("default", *usable[0])
+    general = [(c, b) for c, b in usable if c.__name__ == "TritonExperts"]
+    if general and general[0][0] is not usable[0][0]:
+        out["general"] = Variant("general", *general[0])
         if args.decode16:
-            out["decode16"] = Variant("decode16", usable[0], context=partial(decode_up_to, 16))
+            out["decode16"] = Variant("decode16", *usable[0], context=partial(decode_up_to, 16))
     if args.flashinfer and static:
         fi = flashinfer_variant(cfg)
         if fi is not None:

@@ -5,9 +5,10 @@ Per (shape, scales, M): v0.34.0's TRITON layer (``default`` of the base tree), v
 FLASHINFER_CUTLASS layer autotuned (``flashinfer``, static scales only: v0.34.0 gives it no
 dynamic per-tensor layer), the layer a v0.34.0 user gets by default on an H200 with FlashInfer
 installed (the oracle's first choice: FLASHINFER_CUTLASS for static, TRITON for dynamic), the
-series (``default`` of the series tree) and, where run, the series' decode path taken at every
-batch up to 16 tokens (``decode16``). Each cell: median us of the run (range over runs when
-several) and % of the read roofline measured in the same run.
+series' decode backend (``default`` of the series tree, ``--moe-backend triton_fp8_decode``)
+and, where run, its decode path taken at every batch up to 16 tokens (``decode16``). Each
+cell: median us of the run (range over runs when several) and % of the read roofline measured
+in the same run.
 
     python benchmarks/moe_backends_report.py --base moe_layer-base-*.json \\
         --series moe_layer-series-*.json --out benchmarks/results/moe_backends_v0.34.0

@@ -6,7 +6,7 @@ alternate (base, series, base, series, ...), and a pair is one base run and the 
 after it. Per row: the median over runs of each tree's time with its range (min-max of the
 runs' medians), the ratio base / series per pair (median and range), % of the read roofline
 (bytes / time / the read bandwidth measured in the same run), and, where the series tree also
-ran ``general`` (its TritonExperts alone: the series without its decode patch), that ratio too.
+ran ``general`` (its TRITON backend: the series without its decode backend), that ratio too.
 
     python benchmarks/moe_layer_report.py --base raw/.../moe_layer-base-*.json \\
         --series raw/.../moe_layer-series-*.json --out benchmarks/results/moe_layer_v0.34.0
@@ -108,7 +108,7 @@ def plot(points: list[dict], out: Path) -> None:
         plots.roofline_axis(ax, shape, "tokens (M)")
         ax.set_ylim(0, 100)
     axes[0][0].legend(fontsize=7)
-    plots.save(fig, out, "Per-tensor FP8 MoE layer (TRITON backend), H200: v0.34.0 vs the series")
+    plots.save(fig, out, "Per-tensor FP8 MoE layer, H200: v0.34.0 (TRITON) vs the series")
 
 
 def main() -> int:
@@ -127,8 +127,9 @@ def main() -> int:
         f"{len(base)} runs of v0.34.0 and {len(series)} of the series, alternating, one H200 "
         f"({head.get('gpu')}, clocks {head.get('clocks')}), torch {head.get('torch')}, Triton "
         f"{head.get('triton')}; read bandwidth {bw / 1e12:.2f} TB/s measured in the same run. "
-        "The layer as vLLM's FP8 oracle builds it for its TRITON backend (the modular kernel: "
-        "prepare, experts, finalize), per-tensor FP8 weights, static or dynamic per-tensor "
+        "The layer as vLLM's FP8 oracle builds it (the modular kernel: prepare, experts, "
+        "finalize) for the TRITON backend on v0.34.0 and for the series' decode backend "
+        "(`--moe-backend triton_fp8_decode`), per-tensor FP8 weights, static or dynamic per-tensor "
         "activation scales; CUDA-graph replay with 8 routings cycled; median over the runs of "
         "each run's median, range = min-max over runs; speed-up per pair of runs.\n\n"
         f"{text}\n\n![plot]({Path(a.out).name}.png)\n\n"

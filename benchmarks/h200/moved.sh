@@ -7,7 +7,7 @@
 #          the GPU; the tree heads
 #   tests  the series' own vLLM tests on the series tree (GPU parts included), the GPU parts
 #          of the contracts on base and series
-#   bench  benchmarks/bench_moe_layer.py (the FP8 MoE layer as the TRITON backend builds it),
+#   bench  benchmarks/bench_moe_layer.py (the FP8 MoE layer as the oracle builds it),
 #          trees alternating base, series, base, series ... (ROUNDS, default 2)
 #   vllm   vLLM's tests of the touched areas, base vs series (tests/upstream.toml, sharded)
 #   warmup the warm-up's GPU test alone; epnan the expert-parallel NaN test and ep_nan.py on
@@ -16,12 +16,15 @@
 #          flashinfer_fp8_prepare.sh, staged as part pf) linked into /root/site; vLLM's own
 #          test of its per-tensor FP8 FLASHINFER_CUTLASS path on the base tree
 #   layer  benchmarks/bench_moe_layer.py, M = 1..16 and 64: base (TRITON and, with
-#          FlashInfer, FLASHINFER_CUTLASS autotuned), series (default, general, decode16);
+#          FlashInfer, FLASHINFER_CUTLASS autotuned), series (default: its decode backend,
+#          general: its TRITON, decode16);
 #          trees alternating base, series (ROUNDS, default 1)
 #   epcost benchmarks/ep_nan.py --time-only on base, base+0002, base+0005, series (EP_TREES)
 #   served benchmarks/served: waves of engine processes (served.sh), every process a record;
-#          WAVES names the waves to run (default "1 2 3 4")
+#          WAVES names the waves to run (default "1 2 3 4 5"); the series' processes ask for
+#          its decode backend (--moe-backend triton_fp8_decode) but in wave 5 (its auto)
 #   latency vLLM's own `vllm bench latency` (batch 1, 1024 output tokens) on base and series
+#          (--moe-backend triton_fp8_decode)
 # Trees: $TREE_ROOT/vllm-base (plain pin) and $TREE_ROOT/vllm-series (the series), TREE_ROOT
 # /root by default (lib.sh). Each step has its own timeout and the whole call ends within
 # BUDGET seconds (default 560).
@@ -172,18 +175,24 @@ PY
       install_wheel
       # shellcheck source=benchmarks/h200/served.sh
       . benchmarks/h200/served.sh
-      for w in ${WAVES:-1 2 3 4}; do
+      # the series' processes ask for its decode backend (D), except the sa* ones (its auto)
+      D=triton_fp8_decode
+      for w in ${WAVES:-1 2 3 4 5}; do
         case $w in
-          1) served_wave 1 300 bd1:base:fp8dyn:trace sd1:series:fp8dyn:trace \
-            bs1:base:fp8static:trace ss1:series:fp8static:trace bd2:base:fp8dyn sd2:series:fp8dyn ;;
-          2) served_wave 2 240 bs2:base:fp8static ss2:series:fp8static bd3:base:fp8dyn \
-            sd3:series:fp8dyn bs3:base:fp8static ss3:series:fp8static ;;
-          3) served_wave 3 200 ws1:wheel:fp8static bd4:base:fp8dyn sd4:series:fp8dyn \
-            bs4:base:fp8static ss4:series:fp8static ;;
+          1) served_wave 1 300 bd1:base:fp8dyn:trace sd1:series:fp8dyn:trace:$D \
+            bs1:base:fp8static:trace ss1:series:fp8static:trace:$D bd2:base:fp8dyn \
+            sd2:series:fp8dyn::$D ;;
+          2) served_wave 2 240 bs2:base:fp8static ss2:series:fp8static::$D bd3:base:fp8dyn \
+            sd3:series:fp8dyn::$D bs3:base:fp8static ss3:series:fp8static::$D ;;
+          3) served_wave 3 200 ws1:wheel:fp8static::$D bd4:base:fp8dyn sd4:series:fp8dyn::$D \
+            bs4:base:fp8static ss4:series:fp8static::$D ;;
           # v0.34.0 with the rule of #50040 alone (TRITON asked for) against its default
           4) served_wave 4 240 bt1:base:fp8static::triton bs5:base:fp8static \
             bt2:base:fp8static::triton bs6:base:fp8static bt3:base:fp8static::triton \
             bs7:base:fp8static ;;
+          # the series as it is (auto: TRITON with its configs), beside fifth processes
+          5) served_wave 5 240 sa1:series:fp8static sd5:series:fp8dyn::$D sa2:series:fp8dyn \
+            bd5:base:fp8dyn sa3:series:fp8static ss5:series:fp8static::$D ;;
         esac
       done
       run_ws series 60 python3 -P -m benchmarks.served.report "$R"/served/*.json \
@@ -194,13 +203,15 @@ PY
       run_ws series 60 python3 -P -m benchmarks.e2e.models --out /root/models \
         --arch qwen3-30b-a3b --flavour fp8dyn --layers 24
       for t in base series; do
+        # the series with its decode backend asked for; the base with its defaults
+        asked=() && [ "$t" = series ] && asked=(--moe-backend triton_fp8_decode)
         run_in "$t" "${LATENCY_TIMEOUT:-150}" env VLLM_USE_DEEP_GEMM=0 VLLM_USE_FLASHINFER_SAMPLER=0 \
           VLLM_CACHE_ROOT=/root/vcache python3 -m vllm.entrypoints.cli.main bench latency \
           --model /root/models/qwen3-30b-a3b-fp8dyn-L24 --load-format dummy --quantization fp8 \
           --skip-tokenizer-init --disable-detokenize --input-len 32 --output-len 1024 \
           --batch-size 1 --num-iters-warmup 2 --num-iters 6 --max-model-len 1120 \
           --kv-cache-memory-bytes 2147483648 --no-enable-prefix-caching \
-          --compilation-config '{"cudagraph_capture_sizes": [1, 4, 8, 16]}' \
+          --compilation-config '{"cudagraph_capture_sizes": [1, 4, 8, 16]}' "${asked[@]}" \
           --output-json "$R/latency-$t.json" 2>"$R/latency-$t.log" | tail -n 8
       done
       ;;

@@ -5,11 +5,13 @@ trees' medians, their ratio, and the saving the layer table predicts.
         --md served.md --json served.json
 
 A record is one engine process (``benchmarks.served.engine``). Per process and batch size:
-the median of its repetitions (and their range). Per tree: the median of its processes'
-medians and the range of those medians (processes differ; none is averaged away). The
-prediction for a tree pair: layers x (the base's layer time - the series' layer time) at
-M = batch size, from the layer benchmark's rows (``bench_moe_layer``: the base's variant that
-its MoE backend runs, the series' ``default``), shape ``--shape``.
+the median of its repetitions (and their range). Per arm (a tree, and the ``--moe-backend``
+asked for, if any): the median of its processes' medians and the range of those medians
+(processes differ; none is averaged away). Each series arm is held to v0.34.0's default: the
+series as it is (``auto``) and with its decode backend asked for (``--moe-backend
+triton_fp8_decode``). The prediction: layers x (the base's layer time - the arm's layer
+time) at M = batch size, from the layer benchmark's rows (``bench_moe_layer``, the variant
+each arm's MoE experts run: ``layer_variant``), shape ``--shape``.
 """
 
 from __future__ import annotations
@@ -22,14 +24,22 @@ from pathlib import Path
 
 from vseries import results
 
-# the layer-table variant that a served tree's MoE backend runs, by (tree, flavour)
-LAYER_VARIANT = {
-    ("base", "fp8static"): ("base", "flashinfer"),
-    ("base", "fp8dyn"): ("base", "default"),
-    ("series", "fp8static"): ("series", "default"),
-    ("series", "fp8dyn"): ("series", "default"),
-}
 SCALE = {"fp8static": "static", "fp8dyn": "dynamic"}
+DECODE_BACKEND = "triton_fp8_decode"  # the series' opt-in decode backend (--moe-backend)
+
+
+def layer_variant(arm: str, flavour: str) -> tuple[str, str] | None:
+    """The layer-table (tree, variant) that a served arm's MoE experts run (None: not in
+    the layer table): v0.34.0's default is FLASHINFER_CUTLASS with static scales and TRITON
+    with dynamic ones; the series' ``auto`` is TRITON with its configs (``general``); its
+    decode backend is the layer table's ``default`` of the series tree."""
+    if arm == "base":
+        return ("base", "flashinfer" if flavour == "fp8static" else "default")
+    if arm == "series":
+        return ("series", "general")
+    if arm == f"series --moe-backend {DECODE_BACKEND}":
+        return ("series", "default")
+    return None
 
 
 def med(xs):
@@ -107,33 +117,31 @@ def layer_us(layer_rows: list[dict], shape: str) -> dict:
 
 
 def summary(recs: list[dict], batches: list[str], layer: dict) -> list[list[str]]:
+    """Per flavour, series arm and batch size: v0.34.0's default against the arm."""
     rows = []
-    flavours = sorted({r["flavour"] for r in recs if "error" not in r})
+    ok = [r for r in recs if "error" not in r]
+    flavours = sorted({r["flavour"] for r in ok})
+    arms = sorted({arm_of(r) for r in ok if arm_of(r).startswith("series")})
     for fl in flavours:
-        for b in batches:
-            per_tree = {t: medians(recs, fl, b, t) for t in ("base", "series")}
-            if not per_tree["base"] or not per_tree["series"]:
-                continue
-            mb, ms = med(per_tree["base"]), med(per_tree["series"])
-            layers = next(r["layers"] for r in recs if "error" not in r and r["flavour"] == fl)
-            kb = layer.get((*LAYER_VARIANT[("base", fl)], SCALE[fl], int(b)))
-            ks = layer.get((*LAYER_VARIANT[("series", fl)], SCALE[fl], int(b)))
-            pred = layers * (kb - ks) / 1e3 if kb is not None and ks is not None else None
-            saved = mb - ms
-            wins = sum(m < min(per_tree["base"]) for m in per_tree["series"])
-            rows.append(
-                [
-                    fl,
-                    b,
-                    spread(per_tree["base"]),
-                    spread(per_tree["series"]),
-                    f"{mb / ms:.3f}x",
-                    f"{saved:.3f}",
-                    "-" if pred is None else f"{pred:.3f}",
-                    "-" if not pred else f"{100 * saved / pred:.0f}%",
-                    f"{wins} of {len(per_tree['series'])}",
-                ]  # fmt: skip
-            )
+        for arm in arms:
+            for b in batches:
+                base, ser = medians(recs, fl, b, "base"), medians(recs, fl, b, arm)
+                if not base or not ser:
+                    continue
+                mb, ms = med(base), med(ser)
+                layers = next(r["layers"] for r in ok if r["flavour"] == fl)
+                kb = layer.get((*layer_variant("base", fl), SCALE[fl], int(b)))
+                lv = layer_variant(arm, fl)
+                ks = layer.get((*lv, SCALE[fl], int(b))) if lv else None
+                pred = layers * (kb - ks) / 1e3 if kb is not None and ks is not None else None
+                saved = mb - ms
+                wins = sum(m < min(base) for m in ser)
+                rows.append(
+                    [fl, b, spread(base), arm, spread(ser), f"{mb / ms:.3f}x", f"{saved:.3f}",
+                     "-" if pred is None else f"{pred:.3f}",
+                     "-" if not pred else f"{100 * saved / pred:.0f}%",
+                     f"{wins} of {len(ser)}"]
+                )  # fmt: skip
     return rows
 
 
@@ -192,9 +200,9 @@ def build(paths: list[Path], layer_paths: list[Path], shape: str) -> tuple[str, 
         process_rows(recs, batches),
     )
     table2 = results.markdown_table(
-        ["flavour", "batch", "base TPOT ms (range of processes)", "series", "base / series",
-         "saved ms", "predicted ms (layers x layer saving)", "saved / predicted",
-         "series processes faster than every base process"],
+        ["flavour", "batch", "v0.34.0 default TPOT ms (range of processes)", "series arm",
+         "its TPOT ms", "default / it", "saved ms", "predicted ms (layers x layer saving)",
+         "saved / predicted", "its processes faster than every default one"],
         summary(recs, batches, layer_us(layer_rows, shape)),
     )  # fmt: skip
     br = backend_rows(recs, batches)

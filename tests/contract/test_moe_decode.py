@@ -5,9 +5,10 @@ quantisation with its max-reduction and memset, GEMM1, SiLU-and-mul, a second qu
 GEMM2, the top-k sum); at one token (Qwen3-30B-A3B, H200) that is 36.8 us for 9 us of weight
 traffic, 24% of the read roofline. The patch's promise, against whichever vLLM imports first:
 
-- CPU: the layer's modular kernel as the FP8 oracle builds it for its TRITON backend (the
-  first experts class of ``backend_to_kernel_cls(TRITON)`` that accepts the layer, with
-  ``--moe-backend`` left at auto), for one token with per-tensor FP8 weights and dynamic
+- CPU: the layer's modular kernel as the FP8 oracle builds it for the decode backend (the
+  first experts class of the backend ``--moe-backend triton_fp8_decode`` names that accepts
+  the layer; where no such backend exists, the TRITON backend, whose ``fused_experts`` the
+  v0.21.0 line's patch changes), for one token with per-tensor FP8 weights and dynamic
   per-tensor activation scales, on a mocked SM90 platform, launches exactly two kernels, both
   Triton, and no vLLM custom op (quantisation, alignment, activation, sum). Triton launches
   are recorded and not run, and every vLLM custom op the call reaches is recorded (on this
@@ -17,7 +18,7 @@ traffic, 24% of the read roofline. The patch's promise, against whichever vLLM i
   reference on the dequantised weights with the activations quantised per tensor.
 
 (Ported to v0.34.0: the v0.21.0 version called ``fused_experts``; the v0.34.0 port keeps
-``fused_experts`` as it is and adds an experts class the oracle picks, so the promise is
+``fused_experts`` as it is and adds an opt-in backend of the oracle, so the promise is
 stated on the serving path, the modular kernel, which both lines have.)
 
 Base v0.34.0 fails: prepare reaches vLLM's quantisation custom op first, and TritonExperts
@@ -72,8 +73,8 @@ def _layer(device):
     return w1, w2, s1, s2, x, tw, ti.to(torch.int32)
 
 
-def _triton_backend_kernel(device, s1, s2):
-    """The modular kernel the FP8 oracle's TRITON backend builds for this layer."""
+def _decode_backend_kernel(device, s1, s2):
+    """The modular kernel the FP8 oracle's decode backend builds for this layer."""
     config = importlib.import_module("vllm.model_executor.layers.fused_moe.config")
     fp8 = importlib.import_module("vllm.model_executor.layers.fused_moe.oracle.fp8")
     mk = importlib.import_module("vllm.model_executor.layers.fused_moe.modular_kernel")
@@ -100,7 +101,8 @@ def _triton_backend_kernel(device, s1, s2):
         max_num_tokens=512,
         **{inter: I},
     )
-    classes = fp8.backend_to_kernel_cls(fp8.Fp8MoeBackend.TRITON)
+    backend = _decode_backend(fp8)
+    classes = fp8.backend_to_kernel_cls(backend)
     experts_cls = next(
         cls
         for cls in classes
@@ -113,8 +115,17 @@ def _triton_backend_kernel(device, s1, s2):
         )[0]
     )
     qc = config.fp8_w8a8_moe_quant_config(w1_scale=s1, w2_scale=s2, a1_scale=None, a2_scale=None)
-    kernel = fp8.make_fp8_moe_kernel(qc, moe_config, experts_cls, fp8.Fp8MoeBackend.TRITON)
+    kernel = fp8.make_fp8_moe_kernel(qc, moe_config, experts_cls, backend)
     return kernel, act.MoEActivation.SILU
+
+
+def _decode_backend(fp8):
+    """The FP8 backend ``--moe-backend triton_fp8_decode`` names, else TRITON (a tree
+    without that backend: the base, the v0.21.0 line)."""
+    try:
+        return fp8.map_fp8_backend("triton_fp8_decode")
+    except (AttributeError, ValueError):
+        return fp8.Fp8MoeBackend.TRITON
 
 
 def _init_workspace(device):
@@ -174,7 +185,7 @@ def test_one_token_layer_is_two_triton_kernels(monkeypatch, mock_sm90):
 
     w1, w2, s1, s2, x, tw, ti = _layer("cpu")
     try:
-        kernel, silu = _triton_backend_kernel("cpu", s1, s2)
+        kernel, silu = _decode_backend_kernel("cpu", s1, s2)
         _run(kernel, silu, w1, w2, x, tw, ti)
     except RuntimeError as e:
         if not ops.called:
@@ -213,7 +224,7 @@ def test_one_token_layer_kernels_and_numerics_cuda():
 
     _init_workspace("cuda")
     w1, w2, s1, s2, x, tw, ti = _layer("cuda")
-    kernel, silu = _triton_backend_kernel("cuda", s1, s2)
+    kernel, silu = _decode_backend_kernel("cuda", s1, s2)
     out = _run(kernel, silu, w1, w2, x, tw, ti)
     ref = _reference(x, w1, w2, s1, s2, tw, ti)
     err = float((out.float() - ref).abs().max() / ref.abs().max())

@@ -152,9 +152,9 @@ def test_trace_of_a_folder_reads_gzip(tmp_path):
     assert s["file"] == p.name and s["steps"] == 3
 
 
-def _record(tmp_path, name, tree, flavour, tpot, tokens, layers=24):
+def _record(tmp_path, name, tree, flavour, tpot, tokens, layers=24, moe_backend="auto"):
     r = {
-        "name": name, "tree": tree, "flavour": flavour, "moe_backend": "auto",
+        "name": name, "tree": tree, "flavour": flavour, "moe_backend": moe_backend,
         "backend": "TRITON", "startup_s": 80.0, "layers": layers,
         "tpot_ms": {"1": tpot, "4": [x + 0.5 for x in tpot]}, "tokens": tokens,
     }  # fmt: skip
@@ -164,18 +164,23 @@ def _record(tmp_path, name, tree, flavour, tpot, tokens, layers=24):
 
 
 def test_report_lists_every_process_and_predicts_from_the_layer_table(tmp_path):
+    """Each series arm against v0.34.0's default: the series' decode backend (asked for, the
+    wheel's process pooled with the tree's) predicted from the layer table's ``default``
+    variant of the series, the series' ``auto`` from its ``general`` one."""
     toks = [[1, 2, 3], [4, 5, 6]]
+    dec = {"moe_backend": "triton_fp8_decode"}
     paths = [
         _record(tmp_path, "b1", "base", "fp8dyn", [2.10, 2.12], toks),
         _record(tmp_path, "b2", "base", "fp8dyn", [2.20, 2.30], toks),
-        _record(tmp_path, "s1", "series", "fp8dyn", [1.90, 1.95], toks),
-        _record(tmp_path, "w1", "wheel", "fp8dyn", [1.95, 1.97], [[1, 2, 3], [4, 9, 6]]),
+        _record(tmp_path, "s1", "series", "fp8dyn", [1.90, 1.95], toks, **dec),
+        _record(tmp_path, "w1", "wheel", "fp8dyn", [1.95, 1.97], [[1, 2, 3], [4, 9, 6]], **dec),
+        _record(tmp_path, "a1", "series", "fp8dyn", [2.12, 2.14], toks),
     ]
     layer = tmp_path / "layer.json"
 
-    def lrow(tree, m, us):
+    def lrow(tree, m, us, variant="default"):
         return {"bench": "moe_layer", "shape": "qwen3-30b-a3b", "dtype": "dynamic", "m": m,
-                "variant": "default", "us": us}  # fmt: skip
+                "variant": variant, "us": us}  # fmt: skip
 
     layer.write_text(
         json.dumps(
@@ -187,20 +192,27 @@ def test_report_lists_every_process_and_predicts_from_the_layer_table(tmp_path):
         json.dumps(
             {
                 "header": {"variant": "series"},
-                "rows": [lrow("series", 1, 20.5), lrow("series", 4, 58.0)],
+                "rows": [
+                    lrow("series", 1, 20.5),
+                    lrow("series", 4, 58.0),
+                    lrow("series", 1, 35.5, "general"),
+                ],  # fmt: skip
             }
         )
     )
     text, slim = report.build(paths, [layer, layer2], "qwen3-30b-a3b")
     lines = text.splitlines()
-    assert sum(ln.startswith(("| b1", "| b2", "| s1", "| w1")) for ln in lines) == 4
+    assert sum(ln.startswith(("| b1", "| b2", "| s1", "| w1", "| a1")) for ln in lines) == 5
     assert "| 2.110 (2.100-2.120) |" in text  # a process: its median and range
     assert "1/2 (first at [None, 1])" in text  # the wheel's second continuation differs
-    row = next(ln for ln in lines if ln.startswith("| fp8dyn | 1 |"))
-    # base: median of the process medians (2.11, 2.25) = 2.18; series (1.925, 1.96) = 1.9425
+    row = next(ln for ln in lines if ln.startswith("| fp8dyn | 1 |") and "triton_fp8_decode" in ln)
+    # base: median of the process medians (2.11, 2.25) = 2.18; decode (1.925, 1.96) = 1.9425
     assert "2.180 (2.110-2.250), n=2" in row and "1.942 (1.925-1.960), n=2" in row
     # predicted: 24 layers x (36.5 - 20.5) us = 0.384 ms; saved 0.2375 ms -> 62%
     assert "| 0.384 | 62% |" in row and row.endswith("| 2 of 2 |")
+    auto = next(ln for ln in lines if ln.startswith("| fp8dyn | 1 |") and "| series |" in ln)
+    # the series' auto (2.13): 24 x (36.5 - 35.5) us = 0.024 ms predicted, 0.05 saved
+    assert "| 2.130 (2.130-2.130), n=1 |" in auto and "| 0.024 | 208% | 0 of 1 |" in auto
     assert all("tokens" not in r for r in slim)
 
 
