@@ -912,6 +912,39 @@ def test_checklist_boxes_are_ticked_by_a_current_pr_checklist_report_only(tiny):
     assert "is for another version of the patch" in said and "run the skill again" in said
 
 
+def test_a_pr_is_ready_only_when_a_current_report_finds_every_review_box_met(tiny):
+    """On vLLM's template the mechanical checks are not the verdict: without a current
+    /pr-checklist report, or with a review box it does not find met, the PR is not ready,
+    and the problem names the boxes; with all four met it is."""
+    new_base(
+        tiny,
+        {".github/PULL_REQUEST_TEMPLATE.md": (FIXTURE / "PULL_REQUEST_TEMPLATE.md").read_text()},
+    )
+    p = add(tiny, write("b.py", "x = 23\n"), "[Core] twenty-three\n\nWhy.\n\n" + RELATION + AI)
+    [pr] = prs.prs(hooks=False, tests=False)
+    assert not pr.ok and any("/pr-checklist: no report" in x for x in pr.problems)
+    boxes = checklist.review_boxes((FIXTURE / "PULL_REQUEST_TEMPLATE.md").read_text())
+    assert boxes == ["Design Fit", "Testing"]  # the fixture template's two
+    report = tiny / "docs/upstream/checklist/core-twenty-three.md"
+    report.parent.mkdir(parents=True)
+    pid = vgit.patch_id(tiny / "vllm", p.read_text())
+
+    def write_report(unmet: set[str]) -> None:
+        report.write_text(
+            f"patch-id: {pid}\n\n"
+            + "".join(f"## {b}\n\n{'not met' if b in unmet else 'met'}: why.\n\n" for b in boxes)
+        )
+
+    write_report({boxes[1]})
+    [pr] = prs.prs(hooks=False, tests=False)
+    assert not pr.ok
+    assert [x for x in pr.problems if f"does not find met: {boxes[1]} (" in x]
+    assert "NOT READY" in (tiny / "out/prs/0001/checks.txt").read_text()
+    write_report(set())
+    [pr] = prs.prs(hooks=False, tests=False)
+    assert pr.ok, pr.problems
+
+
 # --- the body's layout: a golden of a fixture, the structure of every real patch ---------------
 # The fixture (tests/workspace/data/prs/: one patch, its series line, the checks of its branch
 # and a benchmarks/results/ folder of made-up figures) is rendered byte for byte against its

@@ -109,6 +109,29 @@ def note(review: Review | None, slug: str, patch_id: str) -> str:
     return f"/pr-checklist: {review.path} (current); met: {', '.join(sorted(review.met)) or '-'}"
 
 
+def review_boxes(block: str) -> list[str]:
+    """The names of the template checklist's review boxes (``- [ ] **Name:** ...``)."""
+    return [n.group(1) for m in BOX.finditer(block) if (n := NAMED.search(m.group(1)))]
+
+
+def unmet(review: Review | None, slug: str, patch_id: str, boxes: list[str]) -> list[str]:
+    """What keeps a PR from being ready on the review's evidence (empty when a current
+    report of the skill finds every review box of the template met): vLLM's template asks
+    the submitter to confirm each box, and a box the skill does not find met is work left,
+    whatever the mechanical checks say. A template without review boxes asks nothing."""
+    if not boxes:
+        return []
+    if review is None or not review.current:
+        return [note(review, slug, patch_id)]
+    missing = [b for b in boxes if b not in review.met]
+    if not missing:
+        return []
+    return [
+        f"/pr-checklist: {review.path} does not find met: {', '.join(missing)} (its sections "
+        "say what is missing; do that, run the skill again and update the report)"
+    ]
+
+
 def agents_gaps(message: str, coauthors: list[str]) -> list[str]:
     """What vLLM's AGENTS.md asks of an AI-assisted PR description that the patch message
     lacks (empty for a message without an AI co-author)."""

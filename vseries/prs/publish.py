@@ -46,7 +46,8 @@ them there.
 
 Checklist: the AI-assistance box is ticked from the patch's AI `Co-authored-by:` trailer; the
 `/pr-checklist` box and the four review boxes only from a current report of vLLM's
-pr-checklist skill in `docs/upstream/checklist/<slug>.md` (see `checks.txt`).
+pr-checklist skill in `docs/upstream/checklist/<slug>.md` (see `checks.txt`). A PR is ready
+only when that report is current and finds every review box met.
 """
 LS_REMOTE_TIMEOUT = 20  # seconds; a remote that does not answer in that time is unreachable
 
@@ -166,6 +167,10 @@ def write(
                 "--amend, then scripts/refresh.sh)"
             )
         pr.problems += prchecks.unfinished(text)
+        block = prbody.CHECKLIST.search(template or "")
+        pr.problems += checklist.unmet(
+            review, pr.slug, patch_id, checklist.review_boxes(block.group(0) if block else "")
+        )
         (d / "branch.txt").write_text(pr.branch + "\n")
         if pr.checks:
             (d / "checks.json").write_text(pr.checks.to_json())
