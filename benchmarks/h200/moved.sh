@@ -23,6 +23,7 @@
 #   served benchmarks/served: waves of engine processes (served.sh), every process a record;
 #          WAVES names the waves to run (default "1 2 3 4 5"); the series' processes ask for
 #          its decode backend (--moe-backend triton_fp8_decode) but in wave 5 (its auto)
+#   kbench 0003's layer benchmark in vLLM's benchmarks/kernels/ (the command its PR shows)
 #   latency vLLM's own `vllm bench latency` (batch 1, 1024 output tokens) on base and series
 #          (--moe-backend triton_fp8_decode)
 # Trees: $TREE_ROOT/vllm-base (plain pin) and $TREE_ROOT/vllm-series (the series), TREE_ROOT
@@ -197,6 +198,12 @@ PY
       done
       run_ws series 60 python3 -P -m benchmarks.served.report "$R"/served/*.json \
         --layer "$R"/moe_layer-*.json --md "$R/served.md" --json "$R/served.json"
+      ;;
+    kbench)
+      # 0003's own layer benchmark, the command its PR shows (vLLM's benchmarks/kernels/)
+      run_in series "${KBENCH_TIMEOUT:-300}" python3 benchmarks/kernels/benchmark_moe_fp8_decode.py \
+        --model qwen3-30b-a3b deepseek-v3-tp8 mixtral-8x7b --batch-sizes 1 2 3 4 8 16 \
+        2>"$R/kbench.log" | tee "$R/kbench.txt"
       ;;
     latency)
       # vLLM's own latency benchmark, the command a maintainer reruns (batch 1)

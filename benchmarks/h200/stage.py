@@ -55,7 +55,8 @@ def _keep(ti):
 def pack_src(src):
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=6) as tar:
-        for top in ("vllm", "tests", "pyproject.toml", "setup.py"):
+        # benchmarks/kernels: vLLM's own kernel benchmarks (a PR's validation command)
+        for top in ("vllm", "tests", "benchmarks/kernels", "pyproject.toml", "setup.py"):
             p = os.path.join(src, top)
             if os.path.exists(p):
                 tar.add(p, arcname=top, filter=_keep)
