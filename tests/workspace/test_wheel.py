@@ -389,6 +389,20 @@ def test_a_workspace_without_the_series_history_is_refused(synth, tmp_path):
     assert not list((synth / "out").rglob("*.whl*"))
 
 
+def test_ci_checks_out_the_history_the_version_needs():
+    """A shallow checkout cut at the series' last commit is refused (the test above), so the
+    workflow that runs the tests (they build wheels) fetches the whole history."""
+    yaml = pytest.importorskip("yaml")
+    flow = yaml.safe_load((ROOT / ".ci" / "github-actions.yml").read_text())
+    runs_ci = [
+        j for j in flow["jobs"].values() if any(".ci/run" in s.get("run", "") for s in j["steps"])
+    ]
+    assert runs_ci
+    for job in runs_ci:
+        checkout = [s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout")]
+        assert [s.get("with", {}).get("fetch-depth") for s in checkout] == [0]
+
+
 def test_series_version_is_a_local_version_of_the_release():
     lab = label.Label("20261204090000", 5, "h0123abcd")
     v = Version(command.series_version(PIN.version, lab))
