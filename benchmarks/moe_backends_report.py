@@ -16,12 +16,11 @@ in the same run.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from pathlib import Path
 
-from benchmarks import plots
+from benchmarks import plots, report_page
 from vseries import results
 
 # the backend v0.34.0's FP8 oracle picks on SM90 without EP, FlashInfer installed
@@ -100,37 +99,22 @@ def plot(points: list[dict], out: Path) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--base", nargs="+", required=True)
-    ap.add_argument("--series", nargs="+", required=True)
-    ap.add_argument("--out", required=True, help="path without suffix: .md and .png are written")
-    ap.add_argument("--command", default="", help="the H200 command that made the runs")
-    ap.add_argument("--notes", type=Path, help="a Markdown file: what the table shows, after it")
-    a = ap.parse_args()
+    a = report_page.parser(__doc__).parse_args()
     base, series = load(a.base), load(a.series)
-    head, _ = results.load(sorted(a.series)[0])
     text, points = table(base, series)
-    bw = head.get("read_bandwidth_Bps") or 0
-    md = (
-        "# FP8 MoE layer on v0.34.0: its backends and the series\n\n"
-        f"{len(a.base)} run(s) of v0.34.0 and {len(a.series)} of the series, one H200 "
-        f"({head.get('gpu')}), torch {head.get('torch')}, Triton {head.get('triton')}; read "
-        f"bandwidth {bw / 1e12:.2f} TB/s measured in the same run. The layer as vLLM's FP8 "
-        "oracle builds it (the modular kernel: prepare, experts, finalize), per-tensor FP8 "
-        "weights, static or dynamic per-tensor activation scales; CUDA-graph replay with 8 "
-        "routings cycled; median of 30 replays. v0.34.0's default on an H200 with FlashInfer: "
-        "FLASHINFER_CUTLASS for static scales (autotuned by FlashInfer's own autotuner for "
-        "the batch buckets up to 64 before timing, as vLLM's start-up does), TRITON for dynamic "
-        "scales (FLASHINFER_CUTLASS takes no dynamic per-tensor layer).\n\n"
-        f"{text}\n\n![plot]({Path(a.out).name}.png)\n\n"
-        + (a.notes.read_text().strip() + "\n\n" if a.notes else "")
-        + f"Made by: `{a.command or 'see benchmarks/results/README.md'}`; table: "
-        f"`python benchmarks/moe_backends_report.py --base {' '.join(a.base)} --series "
-        f"{' '.join(a.series)} --out {a.out}`\n"
+    runs = f"{len(a.base)} run(s) of v0.34.0 and {len(a.series)} of the series"
+    intro = report_page.ran(runs, report_page.series_header(a)) + (
+        " The layer as vLLM's FP8 oracle builds it (the modular kernel: prepare, experts, "
+        "finalize), per-tensor FP8 weights, static or dynamic per-tensor activation scales; "
+        "CUDA-graph replay with 8 routings cycled; median of 30 replays. v0.34.0's default on "
+        "an H200 with FlashInfer: FLASHINFER_CUTLASS for static scales (autotuned by "
+        "FlashInfer's own autotuner for the batch buckets up to 64 before timing, as vLLM's "
+        "start-up does), TRITON for dynamic scales (FLASHINFER_CUTLASS takes no dynamic "
+        "per-tensor layer)."
     )
-    Path(a.out + ".md").write_text(md)
-    plot(points, Path(a.out + ".png"))
-    print(a.out + ".md")
+    title = "FP8 MoE layer on v0.34.0: its backends and the series"
+    md = report_page.page(a, __file__, title, intro, text)
+    report_page.write(a, md, lambda png: plot(points, png))
     return 0
 
 

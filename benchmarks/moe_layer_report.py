@@ -14,12 +14,11 @@ ran ``general`` (its TRITON backend: the series without its decode backend), tha
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from pathlib import Path
 
-from benchmarks import plots
+from benchmarks import plots, report_page
 from vseries import results
 
 KEY = ("shape", "dtype", "m")
@@ -112,34 +111,20 @@ def plot(points: list[dict], out: Path) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--base", nargs="+", required=True)
-    ap.add_argument("--series", nargs="+", required=True)
-    ap.add_argument("--out", required=True, help="path without suffix: .md and .png are written")
-    ap.add_argument("--command", default="", help="the H200 command that made the runs")
-    a = ap.parse_args()
+    a = report_page.parser(__doc__).parse_args()
     base, series = load_runs(a.base), load_runs(a.series)
-    head, _ = results.load(sorted(a.series)[0])
     text, points = table(base, series)
-    bw = head.get("read_bandwidth_Bps") or 0
-    md = (
-        f"# FP8 MoE layer on v0.34.0: the series against v0.34.0\n\n"
-        f"{len(base)} runs of v0.34.0 and {len(series)} of the series, alternating, one H200 "
-        f"({head.get('gpu')}, clocks {head.get('clocks')}), torch {head.get('torch')}, Triton "
-        f"{head.get('triton')}; read bandwidth {bw / 1e12:.2f} TB/s measured in the same run. "
-        "The layer as vLLM's FP8 oracle builds it (the modular kernel: prepare, experts, "
+    runs = f"{len(base)} runs of v0.34.0 and {len(series)} of the series, alternating"
+    intro = report_page.ran(runs, report_page.series_header(a), clocks=True) + (
+        " The layer as vLLM's FP8 oracle builds it (the modular kernel: prepare, experts, "
         "finalize) for the TRITON backend on v0.34.0 and for the series' decode backend "
         "(`--moe-backend triton_fp8_decode`), per-tensor FP8 weights, static or dynamic per-tensor "
         "activation scales; CUDA-graph replay with 8 routings cycled; median over the runs of "
-        "each run's median, range = min-max over runs; speed-up per pair of runs.\n\n"
-        f"{text}\n\n![plot]({Path(a.out).name}.png)\n\n"
-        f"Made by: `{a.command or 'see benchmarks/results/README.md'}`; table: "
-        f"`python benchmarks/moe_layer_report.py --base {' '.join(a.base)} --series "
-        f"{' '.join(a.series)} --out {a.out}`\n"
+        "each run's median, range = min-max over runs; speed-up per pair of runs."
     )
-    Path(a.out + ".md").write_text(md)
-    plot(points, Path(a.out + ".png"))
-    print(a.out + ".md")
+    title = "FP8 MoE layer on v0.34.0: the series against v0.34.0"
+    md = report_page.page(a, __file__, title, intro, text)
+    report_page.write(a, md, lambda png: plot(points, png))
     return 0
 
 

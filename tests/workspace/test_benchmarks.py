@@ -403,3 +403,64 @@ def test_backends_report_puts_flashinfer_beside_triton_and_the_series(tmp_path):
     text, _ = mbr.table(base, mbr.load([tmp_path / "s.json"]))
     static = next(ln for ln in text.splitlines() if "| static | 1 |" in ln)
     assert "| 25.0, 30% | - | 20.0, 40% | - | 1.25x | - |" in static
+
+
+def test_report_page_says_where_the_runs_ran_and_how_the_page_was_made(tmp_path):
+    """report_page: the layer reports' shared command line, first sentence and page."""
+    from benchmarks import report_page
+
+    head = {"gpu": "NVIDIA H200", "clocks": "1980 MHz", "torch": "2.14.0", "triton": "3.8.0"}
+    results.write(tmp_path / "s2.json", {**head, "read_bandwidth_Bps": 1e12}, [])
+    results.write(tmp_path / "s1.json", {**head, "read_bandwidth_Bps": 4.376e12}, [])
+    series = [str(tmp_path / "s2.json"), str(tmp_path / "s1.json")]
+    ap = report_page.parser("What the report shows.\n\n    python benchmarks/x.py ...")
+    assert ap.description == "What the report shows."
+    a = ap.parse_args(["--base", "b.json", "--series", *series, "--out", str(tmp_path / "x")])
+    found = report_page.series_header(a)  # the first series file by name: s1
+    assert report_page.ran("1 run of v0.34.0 and 2 of the series", found) == (
+        "1 run of v0.34.0 and 2 of the series, one H200 (NVIDIA H200), torch 2.14.0, Triton "
+        "3.8.0; read bandwidth 4.38 TB/s measured in the same run."
+    )
+    assert "one H200 (NVIDIA H200, clocks 1980 MHz), torch" in report_page.ran("r", found, True)
+    md = report_page.page(a, "/any/benchmarks/moe_layer_report.py", "Title", "Intro.", "| t |")
+    assert md == (
+        "# Title\n\nIntro.\n\n| t |\n\n![plot](x.png)\n\nMade by: `see benchmarks/results/"
+        f"README.md`; table: `python benchmarks/moe_layer_report.py --base b.json --series "
+        f"{' '.join(series)} --out {tmp_path / 'x'}`\n"
+    )
+    (tmp_path / "notes.md").write_text("- A note.\n\n")
+    a = ap.parse_args(
+        ["--base", "b.json", "--series", *series, "--out", str(tmp_path / "x"),
+         "--notes", str(tmp_path / "notes.md"), "--command", "bash moved.sh"]
+    )  # fmt: skip
+    md = report_page.page(a, "moe_backends_report.py", "Title", "Intro.", "| t |")
+    assert "![plot](x.png)\n\n- A note.\n\nMade by: `bash moved.sh`; table: `python " in md
+    drawn = []
+    report_page.write(a, md, drawn.append)
+    assert (tmp_path / "x.md").read_text() == md and drawn == [tmp_path / "x.png"]
+
+
+@pytest.mark.parametrize("script", ["moe_layer_report", "moe_backends_report"])
+def test_layer_reports_write_their_page_and_plot(script, tmp_path):
+    def row(variant, dtype, m, us):
+        return results.Row("moe_layer", "qwen3-30b-a3b", dtype, m, variant, us, us, us, 1, 40.0)
+
+    head = {"bench": "moe_layer", "gpu": "NVIDIA H200", "clocks": "1980 MHz", "torch": "2.14.0"}
+    head |= {"triton": "3.8.0", "read_bandwidth_Bps": 4.3e12}
+    for tree, us in (("base", 30.0), ("series", 20.0)):
+        rows = [row("default", d, m, us * m) for d in ("static", "dynamic") for m in (1, 2)]
+        results.write(tmp_path / f"{tree}.json", {**head, "variant": tree}, rows)
+    out = tmp_path / "page"
+    p = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{script}", "--base", str(tmp_path / "base.json"),
+         "--series", str(tmp_path / "series.json"), "--out", str(out)],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    md = out.with_suffix(".md").read_text()
+    assert md.startswith("# FP8 MoE layer on v0.34.0: ") and out.with_suffix(".png").stat().st_size
+    first = md.split("\n\n")[1]
+    assert first.startswith("1 run") and "one H200 (NVIDIA H200" in first
+    assert "read bandwidth 4.30 TB/s measured in the same run. The layer as" in first
+    assert md.endswith(f"table: `python benchmarks/{script}.py --base {tmp_path / 'base.json'} "
+                       f"--series {tmp_path / 'series.json'} --out {out}`\n")  # fmt: skip

@@ -7,6 +7,7 @@ from datetime import date
 
 import pytest
 from conftest import ROOT
+from packaging.version import Version
 
 DOCS_LINES = 1500  # all of docs/*.md together
 LINKED = ["README.md", "CONTRIBUTING.md", "CHANGELOG.md", "docs/*.md"]
@@ -24,8 +25,11 @@ DIARY = re.compile(
     r"|(?-i:(?<![A-Z_-])budget)\b",
     re.IGNORECASE,
 )
+# an entry's wheel version: <pin>+series.<time>.<n>.h<digest> (scripts/wheel.sh), or the
+# label of the versions before it, <pin>+series.<n>
 ENTRY = re.compile(
-    r"^### (v\d+\.\d+\.\d+), (\d{4}-\d\d-\d\d) \(`(\d+\.\d+\.\d+)\+series\.(\d+)`\)$"
+    r"^### (v\d+\.\d+\.\d+), (\d{4}-\d\d-\d\d) "
+    r"\(`((\d+\.\d+\.\d+)\+series\.(?:(\d{14})\.\d+\.h[0-9a-f]{8}|\d+))`\)$"
 )
 
 
@@ -91,9 +95,15 @@ def test_changelog_has_a_section_per_line_newest_first():
         assert pin, f"a section that is not a line: {section[:60]!r}"
         entries = [ENTRY.match(x) for x in re.findall(r"^### .*$", section, re.M)]
         assert entries and all(entries), (
-            f"{pin.group(1)}: entries as '### <pin>, <date> (`<pin>+series.<n>`)'"
+            f"{pin.group(1)}: entries as '### <pin>, <date> (`<pin>+series.<time>.<n>.h<digest>`)'"
         )
         dates = [date.fromisoformat(e.group(2)) for e in entries]
         assert dates == sorted(dates, reverse=True), f"{pin.group(1)}: not newest first: {dates}"
         assert {e.group(1) for e in entries} == {pin.group(1)}
-        assert {"v" + e.group(3) for e in entries} == {pin.group(1)}
+        assert {"v" + e.group(4) for e in entries} == {pin.group(1)}
+        # a version of the label with the time: dated by it, and sorted newest first by pip
+        timed = [e for e in entries if e.group(5)]
+        assert all(e.group(2).replace("-", "") == e.group(5)[:8] for e in timed), pin.group(1)
+        versions = [Version(e.group(3)) for e in timed]
+        assert versions == sorted(versions, reverse=True), f"{pin.group(1)}: {versions}"
+        assert entries[: len(timed)] == timed, f"{pin.group(1)}: an older label above a newer"

@@ -16,6 +16,7 @@ everything but the release's CUDA stack (its requirements/cuda.txt: torch's CUDA
 FlashInfer, ...), which a CPU host cannot hold; the test asserts that this is all it finds.
 """
 
+import argparse
 import base64
 import csv
 import hashlib
@@ -27,10 +28,13 @@ import subprocess
 import sys
 import sysconfig
 import zipfile
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, git, make_patch
+from hypothesis import given
+from hypothesis import strategies as st
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
@@ -39,7 +43,7 @@ from vseries import apply, contract, fetch, image, pytestrun, series
 from vseries import git as gitmod
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
-from vseries.wheel import changes, command
+from vseries.wheel import changes, command, label
 from vseries.workspace import Workspace
 
 PIN = pinmod.load(ROOT / "upstream.toml")
@@ -118,11 +122,43 @@ def synth(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("VSERIES_ROOT", str(root))
     monkeypatch.setenv("VSERIES_CACHE", str(tmp_path / "cache"))
     set_release(root, TREE)
+    git(root, "init", "-q")
+    commit_series(root, "2026-12-01T00:00:00Z", "upstream.toml")
     return root
 
 
-def with_series(root: Path, *edits) -> list[str]:
-    """Make one patch per (subject, edit) on the pin, list them, apply; their names."""
+def commit_series(root: Path, when: str, *paths: str) -> None:
+    """Commit ``paths`` (default patches/) of the workspace root at ``when`` (its committer
+    time, the time the wheel's version carries)."""
+    subprocess.run(["git", "-C", str(root), "add", "-A", *(paths or ["patches"])], check=True)
+    env = {**os.environ, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
+    ident = ["-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(
+        ["git", "-C", str(root), *ident, "commit", "-q", "--allow-empty", "-m", "series"],
+        check=True,
+        env=env,
+    )
+
+
+def expected_version(root: Path, release: str, wheel: Path, files: list[Path]) -> Version:
+    """The version a series wheel must carry, worked out here: the release, ``+series.``, the
+    UTC time of the workspace's last commit of the series' files (git log), the number of
+    patches, ``h`` and the sha256 of the wheel's series list."""
+    stamp = subprocess.run(
+        ["git", "-C", str(root), "log", "-1", "--format=%cd", "--date=format-local:%Y%m%d%H%M%S",
+         "--", *(str(f.relative_to(root)) for f in files)],
+        capture_output=True, text=True, check=True, env={**os.environ, "TZ": "UTC"},
+    ).stdout.strip()  # fmt: skip
+    with zipfile.ZipFile(wheel) as z:
+        listing = z.read(next(n for n in z.namelist() if n.endswith(command.SERIES_FILE)))
+    n = sum(1 for line in listing.decode().splitlines() if not line.startswith("#"))
+    sha = hashlib.sha256(listing).hexdigest()[:8]
+    return Version(f"{release}+series.{stamp}.{n}.h{sha}")
+
+
+def with_series(root: Path, *edits, when: str | None = "2026-12-02T00:00:00Z") -> list[str]:
+    """Make one patch per (subject, edit) on the pin, list them, commit them in the workspace
+    at ``when`` (None: leave them uncommitted), apply; their names."""
     pin = pinmod.load(root / "upstream.toml")
     git(root / "vllm", "checkout", "-q", "--detach", pin.commit)
     for old in (root / "patches").glob("*.patch"):
@@ -132,7 +168,9 @@ def with_series(root: Path, *edits) -> list[str]:
         p = make_patch(root / "vllm", root / "patches", edit, subject)
         names.append(p.name)
     (root / "patches" / "series").write_text("".join(f"{n}\n" for n in names))
-    apply.apply(ws=Workspace(root))
+    if when:
+        commit_series(root, when)
+    apply.apply(force=True, ws=Workspace(root))  # the series replaced, as a checkout would
     return names
 
 
@@ -177,8 +215,9 @@ def test_the_wheel_is_the_release_with_the_series_files(synth):
     release = Path(os.environ["VSERIES_CACHE"]) / pin.wheel.filename
     built = command.build(Workspace(synth))
 
-    version = Version(f"{pin.version}+series.{len(names)}")
-    assert built.version == str(version)
+    files = [synth / "patches" / n for n in ["series", *names]]
+    version = expected_version(synth, pin.version, built.path, files)
+    assert built.version == str(version) and str(version.local).startswith("series.2026120200")
     _, v, _, tags = parse_wheel_filename(built.path.name)
     assert v == version and tags == parse_wheel_filename(pin.wheel.filename)[3]
     assert built.path.parent == synth / "out" / "wheel" / pin.tag
@@ -282,10 +321,116 @@ def test_a_tree_that_does_not_hold_the_series_is_refused(synth):
     assert str(e.value).endswith("next: scripts/apply.sh")
 
 
+def versions_in(folder: Path) -> list[Version]:
+    return [parse_wheel_filename(p.name)[1] for p in folder.glob("*.whl")]
+
+
+def test_a_newer_shorter_series_sorts_above_an_older_longer_one(synth, tmp_path):
+    """What pip and a deployment that takes "the newest wheel" compare: PEP 440 versions.
+    The older series has 2 patches, the newer 1 (a patch dropped the next day)."""
+    with_series(synth, ("[Perf] many", edit_many), ("[Perf] init", edit_init),
+                when="2026-12-03T18:45:45Z")  # fmt: skip
+    older = command.build(Workspace(synth), tmp_path / "older")
+    with_series(synth, ("[Perf] init", edit_init), when="2026-12-04T09:00:00Z")
+    newer = command.build(Workspace(synth), tmp_path / "newer")
+    assert Version(newer.version) > Version(older.version)
+    shutil.copy(older.path, tmp_path / "newer")
+    assert max(versions_in(tmp_path / "newer")) == Version(newer.version)
+    # the same day, a later commit of a series of the same length: sorts higher, tells apart
+    with_series(synth, ("[Perf] many", edit_many), when="2026-12-04T09:00:01Z")
+    later = command.build(Workspace(synth), tmp_path / "later")
+    assert Version(later.version) > Version(newer.version)
+    assert later.path.name.split("-")[1] != newer.path.name.split("-")[1]
+    # a wheel of the old label (series.<n>) sorts below every wheel of this one
+    assert Version(f"{PIN.version}+series.7") < Version(newer.version)
+
+
+def test_the_same_series_gives_the_same_wheel(synth, tmp_path):
+    with_series(synth, ("[Perf] many", edit_many), ("[Perf] init", edit_init))
+    first = command.build(Workspace(synth), tmp_path / "a")
+    apply.apply(ws=Workspace(synth))  # the series applied again: the same commits
+    second = command.build(Workspace(synth), tmp_path / "b")
+    assert first.path.name == second.path.name and first.sha256 == second.sha256
+
+
+def test_two_series_of_one_length_and_one_time_are_told_apart(synth, tmp_path):
+    with_series(synth, ("[Perf] init", edit_init), when="2026-12-04T09:00:00Z")
+    a = command.build(Workspace(synth), tmp_path / "a")
+    with_series(synth, ("[Perf] many", edit_many), when="2026-12-04T09:00:00Z")
+    b = command.build(Workspace(synth), tmp_path / "b")
+    assert Version(a.version) != Version(b.version) and a.label.digest != b.label.digest
+
+
+def test_an_uncommitted_series_carries_its_last_commit_s_time_and_is_said(synth, capsys):
+    with_series(synth, ("[Perf] init", edit_init), when="2026-12-04T09:00:00Z")
+    committed = command.build(Workspace(synth))
+    names = with_series(synth, ("[Perf] many", edit_many), when=None)
+    built = command.build(Workspace(synth))
+    assert built.label.changed == committed.label.changed == "20261204090000"
+    assert built.label.digest != committed.label.digest
+    assert {x[3:] for x in built.label.uncommitted} >= {"patches/series", f"patches/{names[0]}"}
+    command.main(argparse.Namespace(line=None, out=None))
+    assert "changes no commit holds" in capsys.readouterr().out
+
+
+def test_a_workspace_without_the_series_history_is_refused(synth, tmp_path):
+    with_series(synth, ("[Perf] init", edit_init))
+    shallow = tmp_path / "shallow"
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{synth}", str(shallow))
+    files = [shallow / "patches" / "series"]
+    with pytest.raises(SeriesError, match="shallow clone") as e:
+        label.changed_at(shallow, files)
+    assert str(e.value).endswith(f"next: git -C {shallow} fetch --unshallow")
+    git(shallow, "fetch", "-q", "--unshallow")
+    assert label.changed_at(shallow, files) == ("20261202000000", ())
+    shutil.rmtree(synth / ".git")
+    with pytest.raises(SeriesError, match="not a git checkout"):
+        command.build(Workspace(synth))
+    assert not list((synth / "out").rglob("*.whl*"))
+
+
+def test_ci_checks_out_the_history_the_version_needs():
+    """A shallow checkout cut at the series' last commit is refused (the test above), so the
+    workflow that runs the tests (they build wheels) fetches the whole history."""
+    yaml = pytest.importorskip("yaml")
+    flow = yaml.safe_load((ROOT / ".ci" / "github-actions.yml").read_text())
+    runs_ci = [
+        j for j in flow["jobs"].values() if any(".ci/run" in s.get("run", "") for s in j["steps"])
+    ]
+    assert runs_ci
+    for job in runs_ci:
+        checkout = [s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout")]
+        assert [s.get("with", {}).get("fetch-depth") for s in checkout] == [0]
+
+
 def test_series_version_is_a_local_version_of_the_release():
-    v = Version(command.series_version(PIN.version, 5))
-    assert v.public == PIN.version and v.local == "series.5"
-    assert command.series_version(f"{PIN.version}+cu130", 2) == f"{PIN.version}+cu130.series.2"
+    lab = label.Label("20261204090000", 5, "h0123abcd")
+    v = Version(command.series_version(PIN.version, lab))
+    assert v.public == PIN.version and v.local == "series.20261204090000.5.h0123abcd"
+    assert command.series_version(f"{PIN.version}+cu130", lab) == f"{PIN.version}+cu130.{lab}"
+
+
+stamps = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2999, 12, 31))
+label_of = st.builds(
+    lambda when, n, data: label.Label(when.strftime("%Y%m%d%H%M%S"), n, label.digest(data)),
+    stamps,
+    st.integers(0, 300),
+    st.binary(max_size=64),
+)
+
+
+@given(label_of, label_of, st.sampled_from(["0.34.0", "0.21.0", "0.34.0+cu130", "1.0rc1"]))
+def test_series_versions_sort_by_the_series_last_change(a, b, release):
+    """Any two labels (times, lengths, digests, all-digit digests among them): the version is
+    PEP 440's normal form of itself (pip and packaging keep the name), and a later change
+    sorts higher whatever the number of patches."""
+    va, vb = (Version(command.series_version(release, x)) for x in (a, b))
+    assert str(va) == command.series_version(release, a)
+    assert va.public == Version(release).public and "cpu" not in str(va)
+    if a.changed != b.changed:
+        assert (va < vb) == (a.changed < b.changed)
+    elif a.digest != b.digest:
+        assert va != vb
 
 
 def test_no_such_line_names_the_kept_ones():
@@ -494,8 +639,9 @@ def test_the_real_wheel_builds_with_the_release_kernels_compressed_once(real_whe
     built = real_wheel(tag)
     print(f"{tag or 'main'}: the wheel built in {built.seconds:.1f} s")
     pin = pinmod.load(line_ws(tag).pin_file)
-    entries = series.load(line_ws(tag))
-    assert built.version == str(Version(f"{pin.version}+series.{len(entries)}"))
+    ws = line_ws(tag)
+    files = [ws.series_file, *(e.path for e in series.load(ws))]
+    assert built.version == str(expected_version(ROOT, pin.version, built.path, files))
     assert check_record(built.path) == len(built.checked.names)
     release = fetch.fetch(pin.package, pin.wheel)
     old, new = members(release), members(built.path)

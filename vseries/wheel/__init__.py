@@ -4,8 +4,9 @@
 
 The way production installs vLLM (its release wheel, or its container image built on it),
 with the series: the release wheel verified against the pin's sha256, the series' files in
-it (Python, Triton, JSON configs; never a kernel), version ``<release>+series.<n>``, the
-patches named in its dist-info, a new RECORD, every other file byte-identical (checked).
+it (Python, Triton, JSON configs; never a kernel), version
+``<release>+series.<time>.<n>.h<digest>`` (a newer series sorts higher), the patches named in
+its dist-info, a new RECORD, every other file byte-identical (checked).
 ``deploy/Dockerfile`` installs it into vLLM's release image (docs/deploy.md).
 
 The package, by responsibility:
@@ -15,6 +16,8 @@ The package, by responsibility:
                  release wheel's files against the pinned tag's
     archive.py   the zip archive: raw copies of the release's members, new members, RECORD;
                  the written wheel read back and checked
+    label.py     the version label: the time of the series' last commit, the number of
+                 patches, the digest of the series list
 """
 
 from vseries.wheel.command import add_parser, main

@@ -16,10 +16,11 @@ from vseries import am, fetch, git, series
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
 from vseries.wheel import archive, changes
+from vseries.wheel import label as labelmod
 from vseries.workspace import Workspace
 
 SERIES_FILE = "vseries-series.txt"  # in the dist-info: the patches, in order
-LABEL = "series"  # the local version label: <release>+series.<number of patches>
+LABEL = labelmod.NAME  # the local version label: <release>+series.<time>.<n>.h<digest>
 OUT = "out/wheel"  # where the wheels go by default, one folder per line: out/wheel/<tag>/
 
 
@@ -35,6 +36,7 @@ class Built:
     checked: archive.Checked
     patches: list[str]
     seconds: float
+    label: labelmod.Label
 
 
 def line_workspace(tag: str | None) -> Workspace:
@@ -48,13 +50,29 @@ def line_workspace(tag: str | None) -> Workspace:
     return main.kept(tag, "scripts/wheel.sh")
 
 
-def series_version(release: str, n: int) -> str:
-    """The PEP 440 version of the patched wheel: the release's with the local label
-    ``series.<n>`` (added to a local label the release already has)."""
+def release_prefix(release: str) -> str:
+    """What every series version of ``release`` starts with: its public version, ``+``, and
+    its own local label and ``.`` when it has one (``0.34.0+``, ``0.34.0+cu130.``)."""
     from packaging.version import Version  # not at the top: --help needs the stdlib only
 
     v = Version(release)
-    return str(Version(f"{v.public}+{v.local + '.' if v.local else ''}{LABEL}.{n}"))
+    return f"{v.public}+{v.local + '.' if v.local else ''}"
+
+
+def series_version(release: str, label: labelmod.Label) -> str:
+    """The PEP 440 version of the patched wheel: the release's with the local label
+    ``series.<time>.<n>.h<digest>`` (vseries/wheel/label.py), added to a local label the
+    release already has.
+
+    Raises:
+        SeriesError: the result is not what ``packaging`` reads back (it would rename it).
+    """
+    from packaging.version import Version
+
+    version = f"{release_prefix(release)}{label}"
+    if str(Version(version)) != version:
+        raise SeriesError(f"the series version {version} is not in PEP 440's normal form")
+    return version
 
 
 def wheel_name(release: str, version: str) -> str:
@@ -127,7 +145,15 @@ def build(ws: Workspace, out_dir: Path | None = None) -> Built:
         pin.package,
         f"{ws.rel(vdir)} {pin.tag}..{am.BRANCH}",
     )
-    new_version = series_version(str(version), len(entries))
+    listing = [
+        "# The patch series this wheel carries, in order of application (scripts/wheel.sh):",
+        f"# {pin.tag} ({pin.commit}), release wheel {release.name} sha256={pin.wheel.sha256}",
+        *(f"{e.name} patch-id={pid}" for e, pid in zip(entries, ids, strict=True)),
+    ]
+    listed = ("\n".join(listing) + "\n").encode()
+    files = [ws.series_file, *(e.path for e in entries)]
+    lab = labelmod.label(ws.root, files, len(entries), listed)
+    new_version = series_version(str(version), lab)
     out_dir = (out_dir or ws.root / OUT / pin.tag).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / wheel_name(release.name, new_version)
@@ -150,15 +176,10 @@ def build(ws: Workspace, out_dir: Path | None = None) -> Built:
             return f"{renames[top]}/{rest}" if top in renames else n
 
         release_hashes = archive.hashes(rz)
-        listing = [
-            "# The patch series this wheel carries, in order of application (scripts/wheel.sh):",
-            f"# {pin.tag} ({pin.commit}), release wheel {release.name} sha256={pin.wheel.sha256}",
-            *(f"{e.name} patch-id={pid}" for e, pid in zip(entries, ids, strict=True)),
-        ]
         meta = f"{old_info}/METADATA"
         new_files = {c.path: git.blob(vdir, am.BRANCH, c.path) for c in p.put}
         new_files[renamed(meta)] = with_version(rz.read(meta), new_version)
-        new_files[f"{new_stem}.dist-info/{SERIES_FILE}"] = ("\n".join(listing) + "\n").encode()
+        new_files[f"{new_stem}.dist-info/{SERIES_FILE}"] = listed
         # the members in the release's order; added files before the dist-info; RECORD last
         order: list[tuple[str, zipfile.ZipInfo | None]] = []
         added = [c.path for c in p.put if c.path not in infos]
@@ -198,7 +219,7 @@ def build(ws: Workspace, out_dir: Path | None = None) -> Built:
             raise
     identical = {n: renamed(n) for n, i in order if i is not None}
     checked = archive.verify(part, release_hashes, identical)
-    for old in out_dir.glob(f"{out.name.split('-')[0]}-{pin.version}+{LABEL}.*.whl"):
+    for old in out_dir.glob(f"{out.name.split('-')[0]}-{release_prefix(pin.version)}{LABEL}.*.whl"):
         if old != out:
             print(f"wheel: removed the older series wheel {old.name} from {out_dir}")
             old.unlink()
@@ -212,6 +233,7 @@ def build(ws: Workspace, out_dir: Path | None = None) -> Built:
         checked,
         [e.name for e in entries],
         time.monotonic() - start,
+        lab,
     )
 
 
@@ -236,7 +258,18 @@ def main(args) -> int:
         f"({', '.join(sorted({c.path.split('/')[0] + '/' for c in p.not_shipped})) or '-'})"
     )
     print(f"  wrote   {ws.rel(b.path)}")
-    print(f"  version {b.version}")
+    lab = b.label
+    print(
+        f"  version {b.version}   (series' last commit {lab.changed} UTC, {lab.patches} "
+        f"patches, {lab.digest} = sha256 of {SERIES_FILE})"
+    )
+    if lab.uncommitted:
+        print(
+            f"  note    the series has changes no commit holds "
+            f"({', '.join(x[3:] for x in lab.uncommitted[:5])}): its version carries the time "
+            "of its last commit and sorts with that series' wheel; commit it for a wheel "
+            "that sorts above it"
+        )
     print(f"  size    {b.size} bytes")
     print(f"  sha256  {b.sha256}")
     print(
@@ -258,7 +291,9 @@ def add_parser(sub) -> None:
         "wheel",
         help="the line's release wheel with the series in it, as a new wheel",
         description="Write the line's release wheel (the pin's, sha256-checked) with the "
-        "series' files in it as a wheel of its own: version <release>+series.<n> (n patches), "
+        "series' files in it as a wheel of its own: version <release>+series.<time>.<n>."
+        "h<digest> (the UTC time of the workspace's last commit that changed the series, n "
+        "patches, the sha256 of the patch list: a newer series sorts higher), "
         f"the patches named in its dist-info ({SERIES_FILE}), a new RECORD, and every other "
         "file, the release's kernels (.so) among them, byte-identical to the release's "
         "(checked). Refuses a series that changes anything but Python / Triton / JSON / text "
