@@ -373,16 +373,15 @@ def test_an_uncommitted_series_carries_its_last_commit_s_time_and_is_said(synth,
     assert "changes no commit holds" in capsys.readouterr().out
 
 
-def test_a_workspace_without_the_series_history_is_refused(synth, tmp_path):
+def test_a_shallow_checkout_is_said_and_one_without_git_refused(synth, tmp_path):
     with_series(synth, ("[Perf] init", edit_init))
     shallow = tmp_path / "shallow"
     git(tmp_path, "clone", "-q", "--depth", "1", f"file://{synth}", str(shallow))
     files = [shallow / "patches" / "series"]
-    with pytest.raises(SeriesError, match="shallow clone") as e:
-        label.changed_at(shallow, files)
-    assert str(e.value).endswith(f"next: git -C {shallow} fetch --unshallow")
+    changed, _, cut = label.changed_at(shallow, files)
+    assert cut  # said (the wheel's output notes it), not refused: a CI clone may be shallow
     git(shallow, "fetch", "-q", "--unshallow")
-    assert label.changed_at(shallow, files) == ("20261202000000", ())
+    assert label.changed_at(shallow, files) == ("20261202000000", (), False)
     shutil.rmtree(synth / ".git")
     with pytest.raises(SeriesError, match="not a git checkout"):
         command.build(Workspace(synth))
@@ -390,8 +389,8 @@ def test_a_workspace_without_the_series_history_is_refused(synth, tmp_path):
 
 
 def test_ci_checks_out_the_history_the_version_needs():
-    """A shallow checkout cut at the series' last commit is refused (the test above), so the
-    workflow that runs the tests (they build wheels) fetches the whole history."""
+    """In a shallow checkout cut at the series' last commit the version may sort a little
+    late (the test above), so the workflow that runs the tests fetches the whole history."""
     yaml = pytest.importorskip("yaml")
     flow = yaml.safe_load((ROOT / ".ci" / "github-actions.yml").read_text())
     runs_ci = [

@@ -270,6 +270,12 @@ def main(args) -> int:
             "of its last commit and sorts with that series' wheel; commit it for a wheel "
             "that sorts above it"
         )
+    if lab.shallow:
+        print(
+            "  note    this checkout is shallow and its history stops at that commit: the "
+            "series' last change may be older, so the version may sort a little late; "
+            f"git -C {ws.root} fetch --unshallow gives the exact time"
+        )
     print(f"  size    {b.size} bytes")
     print(f"  sha256  {b.sha256}")
     print(

@@ -39,12 +39,16 @@ class Label:
         patches: the number of patches.
         digest: ``h`` and 8 hex digits of the series list's sha256.
         uncommitted: ``git status --porcelain`` lines of the series' files.
+        shallow: the checkout is shallow and its history stops at the commit found, so the
+            series' last change may be older (the label then sorts that commit's wheel a
+            little late: said, not refused, since a CI clone may be shallow).
     """
 
     changed: str
     patches: int
     digest: str
     uncommitted: tuple[str, ...] = ()
+    shallow: bool = False
 
     def __str__(self) -> str:
         return f"{NAME}.{self.changed}.{self.patches}.{self.digest}"
@@ -55,15 +59,14 @@ def digest(listing: bytes) -> str:
     return "h" + hashlib.sha256(listing).hexdigest()[:DIGITS]
 
 
-def changed_at(root: Path, files: list[Path]) -> tuple[str, tuple[str, ...]]:
+def changed_at(root: Path, files: list[Path]) -> tuple[str, tuple[str, ...], bool]:
     """The UTC time (``YYYYMMDDhhmmss``) of the last commit of the workspace ``root`` that
-    changed one of ``files``, and the ``git status`` lines of those with changes no commit
-    holds.
+    changed one of ``files``, the ``git status`` lines of those with changes no commit
+    holds, and whether the checkout is shallow with its history stopping at that commit (the
+    last change may be older than that commit).
 
     Raises:
-        SeriesError: root is not a git checkout, no commit holds any of the files, or the
-            checkout is shallow and the commit found is where its history stops (the last
-            change may be older than that commit).
+        SeriesError: root is not a git checkout, or no commit holds any of the files.
     """
     rel = [str(f.relative_to(root)) for f in files]
     folder = str(files[0].parent.relative_to(root))
@@ -82,15 +85,10 @@ def changed_at(root: Path, files: list[Path]) -> tuple[str, tuple[str, ...]]:
             fix,
         )
     shallow = git.run(root, "rev-parse", "--is-shallow-repository") == "true"
-    if shallow and not parents.strip():
-        raise SeriesError(
-            f"{root} is a shallow clone and its history stops at the commit that last "
-            "changed the series there: the series' last change is not known",
-            f"git -C {root} fetch --unshallow",
-        )
+    cut = shallow and not parents.strip()
     changed = time.strftime("%Y%m%d%H%M%S", time.gmtime(int(stamp)))
     status = git.run(root, "status", "--porcelain", "--", *rel)
-    return changed, tuple(line for line in status.splitlines() if line)
+    return changed, tuple(line for line in status.splitlines() if line), cut
 
 
 def label(root: Path, files: list[Path], patches: int, listing: bytes) -> Label:
@@ -100,5 +98,5 @@ def label(root: Path, files: list[Path], patches: int, listing: bytes) -> Label:
     Raises:
         SeriesError: as ``changed_at``.
     """
-    changed, uncommitted = changed_at(root, files)
-    return Label(changed, patches, digest(listing), uncommitted)
+    changed, uncommitted, cut = changed_at(root, files)
+    return Label(changed, patches, digest(listing), uncommitted, cut)
