@@ -1154,7 +1154,8 @@ def test_real_series_end_to_end(ws):
         c = pr.checks
         assert c is not None and c.ran_tests and c.ran_hooks, entry.name
         assert c.tests == info.tests and c.hooks, (entry.name, c)
-        assert set(c.passed + c.failed + c.needs_cuda) | {s[0] for s in c.skipped}, entry.name
+        if info.tests:  # a patch without a test file (a config-only one) has no outcomes
+            assert set(c.passed + c.failed + c.needs_cuda) | {s[0] for s in c.skipped}, entry.name
         assert c.signers == []  # unsigned: the person who submits signs (--sign)
         base = f"{pin.tag} ({pin.commit[:12]})"
         template = publish.pr_template(ws / "vllm", pin.commit)

@@ -1,9 +1,12 @@
 """The upstream tier's runner on two tiny trees: it finds a regression test by test, and a
 selection that collects nothing is a failure."""
 
+from pathlib import Path
+
 import pytest
 
-from vseries import upstream
+from vseries import patchfile, series, upstream
+from vseries.workspace import Workspace
 
 TEST = """
 def test_stable():
@@ -121,3 +124,15 @@ def test_jobs_without_xdist_is_a_clear_error(tmp_path, monkeypatch, capsys):
     monkeypatch.undo()  # the real check and runner: --jobs 1 does not need xdist
     monkeypatch.setattr(upstream, "has_xdist", lambda: False)
     assert upstream.main(args + ["--jobs", "1", "--work", str(tmp_path / "w1")]) == 0
+
+
+def test_patched_only_selections_name_a_test_file_the_series_adds():
+    """A patched_only selection runs a test file that a patch of the series adds; one that
+    no patch adds (a patch refreshed without its test) fails the upstream tier on the GPU host
+    only, as a missing file."""
+    root = Path(upstream.HERE)
+    _, entries = series.read(root / "patches" / "series", Workspace(root))
+    added = {t for e in entries for t in patchfile.info(e.path).tests}
+    sels = upstream.load_selections(root / "tests" / "upstream.toml")
+    stray = [s["path"] for s in sels if s.get("patched_only") and s["path"] not in added]
+    assert not stray, f"tests/upstream.toml: no patch of the series adds {stray}"
