@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import tarfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import ROOT, git, make_patch
@@ -943,6 +944,20 @@ def test_a_pr_is_ready_only_when_a_current_report_finds_every_review_box_met(tin
     write_report(set())
     [pr] = prs.prs(hooks=False, tests=False)
     assert pr.ok, pr.problems
+
+
+def test_a_problem_in_the_body_is_its_first_line_without_a_hanging_lead_in():
+    """A failed hook's problem starts "... fail on the touched files (x):" and carries the
+    hook's output below: the body shows its first line, which must not read as a sentence
+    left unfinished (checks.unfinished would flag the PR a second time)."""
+    from vseries.prs import body as prbody
+    from vseries.prs import checks as prchecks
+
+    c = prchecks.Checks(problems=["vLLM's pre-commit hooks fail (check-x):\nfile.py:1: error"])
+    info = SimpleNamespace(tests=[], files=["file.py"])
+    md = prbody.checks_md(info, c)
+    assert md.endswith("- PROBLEM (see checks.txt): vLLM's pre-commit hooks fail (check-x)")
+    assert prchecks.unfinished(md) == []
 
 
 # --- the body's layout: a golden of a fixture, the structure of every real patch ---------------

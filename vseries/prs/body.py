@@ -114,7 +114,8 @@ def checks_md(info: PatchInfo, c: Checks) -> str:
     if not c.ran_hooks:
         out.append("- vLLM's pre-commit hooks were not run by this tool (--no-hooks)")
     for p in c.problems:
-        out.append(f"- PROBLEM (see checks.txt): {p.splitlines()[0]}")
+        # its first line only (the rest is in checks.txt): no lead-in left hanging
+        out.append(f"- PROBLEM (see checks.txt): {p.splitlines()[0].rstrip(': ')}")
     return "\n".join(out)
 
 
