@@ -298,6 +298,14 @@ def test_a_kernel_binary_is_refused():
     assert (p.put, p.drop, p.not_shipped) == ([found[1]], [], [found[2]])
 
 
+def test_ci_configuration_is_not_shipped():
+    """A patch that adds vLLM's CI step for its tests (.buildkite/) still makes a wheel: the
+    step is left out, as tests and benchmarks are."""
+    found = [changes.Change("M", ".buildkite/test_areas/kernels.yaml")]
+    p = changes.plan([changes.Change("M", "vllm/a.py"), *found], "vllm", "the series")
+    assert p.not_shipped == found
+
+
 def test_a_release_wheel_that_is_not_the_tag_s_source_is_refused(synth):
     with_series(synth, ("[Perf] many", edit_many))
     set_release(synth, {**TREE, "vllm/a.py": b"a = 1  # not the tag's\n"})

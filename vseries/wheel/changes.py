@@ -16,8 +16,9 @@ from vseries.errors import SeriesError
 # Files of the package the wheel may take from the series: Python (Triton kernels are Python),
 # the JSON configs (tuned kernel configs), and text (chat templates, READMEs, type markers).
 TAKEN = (".py", ".pyi", ".json", ".txt", ".md", ".jinja", ".typed")
-# Folders of the source tree that no wheel ships: a change there is left out, and said so.
-NOT_SHIPPED = ("tests", "docs", "benchmarks", "examples")
+# Folders of the source tree that no wheel ships: a change there is left out, and said so
+# (.buildkite and .github: vLLM's CI configuration, e.g. a PR's CI step for its tests).
+NOT_SHIPPED = ("tests", "docs", "benchmarks", "examples", ".buildkite", ".github")
 
 
 @dataclass(frozen=True)
