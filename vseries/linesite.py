@@ -5,7 +5,8 @@ PYTHONPATH by its contract tier, which runs from the main line's venv. The packa
 line's ``requirements/common.txt`` that the venv lacks go to the line's own folder
 ``.vseries/lines/<tag>/site`` (``pip install --target``), never into the venv: the main venv
 holds what the main pin asks for, nothing more. That folder goes on PYTHONPATH after the
-line's tree, for that line's runs only, and only where it adds a package (a venv of the
+line's tree, for that line's runs only (its contract and upstream tiers, a rebase of it:
+pythonpath), and only where it adds a package (a venv of the
 line's own, ``.venv-<tag>`` from ``scripts/setup.sh --line <tag>``, has them all).
 
 pip's resolver picks the versions (``--dry-run --report`` in this venv, so that what the venv

@@ -24,6 +24,7 @@ import pytest
 from conftest import git, tiny_workspace
 
 from vseries import contract
+from vseries.rebase import contracts as rebase_contracts
 from vseries.workspace import Workspace
 
 TAG = "v0.1.0"
@@ -187,6 +188,10 @@ def test_the_lines_contract_run_imports_them_from_its_folder(set_up, monkeypatch
     [(_, patched, base)] = contract.check_all(ws, base=True)
     assert patched.outcome == "pass", patched.line
     assert base.outcome == "fail" and "1 failed" in base.line, base.line
+    # and so does a rebase of the line (its contract runs on upstream's trees)
+    paths = rebase_contracts.Contracts(ws, None, None).paths
+    said, why, _ = rebase_contracts.verdict("tests/contract/test_line.py", ws.vllm, ws.root, paths)
+    assert said == "pass", why
 
 
 def test_a_venv_of_the_lines_own_runs_it_without_the_folder(set_up, tmp_path):
