@@ -2,14 +2,16 @@
 # The main job on a fresh machine: a virtual environment, vllm/ at the pin (git, else the
 # verified PyPI source release), the series applied, the editable install with the release
 # kernels; then every kept line's trees (lines/<tag>/: its pin and series), for its contract
-# tier; the summary last. Safe to run again: each step does nothing when it is already done.
+# tier, with the packages they need and .venv lacks in .vseries/lines/<tag>/site (never in
+# .venv); the summary last. Safe to run again: each step does nothing when it is already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kept() { find lines -mindepth 2 -maxdepth 2 -name upstream.toml 2>/dev/null | cut -d/ -f2 | sort | tr '\n' ' '; }
 usage() {
   echo "usage: scripts/setup.sh [--force] [--line <tag>]"
   echo "  venv + vllm/ at the pin + the series applied + pip install -e vllm + summary,"
-  echo "  and the trees of every kept line (lines/<tag>/) for scripts/test.sh's contract tier."
+  echo "  and the trees of every kept line (lines/<tag>/) for scripts/test.sh's contract tier,"
+  echo "  the packages they need and the venv lacks in .vseries/lines/<tag>/site (not the venv)."
   echo "  --force: let apply drop uncommitted work or commits outside the series in vllm/,"
   echo "           after keeping them under refs/vseries/backup/ (see scripts/apply.sh -h)."
   echo "  --line <tag>: set up a kept line instead (e.g. v0.21.0, the series before the move"

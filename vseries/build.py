@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vseries import fetch, git, host, materialise, patchfile, series, worktree
+from vseries import fetch, git, host, linesite, materialise, patchfile, series, worktree
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
 from vseries.workspace import Workspace
@@ -28,16 +28,6 @@ def compiled_paths(entries: list[series.Entry]) -> list[str]:
             if f.startswith(COMPILED):
                 hits.append(f"{e.name}: {f}")
     return hits
-
-
-def pip(*args: str) -> None:
-    """Run this interpreter's pip; raises SeriesError naming the command on failure."""
-    cmd = [sys.executable, "-m", "pip", *args]
-    if subprocess.run(cmd).returncode != 0:
-        raise SeriesError(
-            f"pip failed: {' '.join(cmd[2:])}",
-            "check the network or the index; then scripts/setup.sh again",
-        )
 
 
 def torch_spec(pin: pinmod.Pin, ws: Workspace) -> list[str]:
@@ -143,10 +133,10 @@ def build(reinstall: bool = False, ws: Workspace | None = None, show: bool = Tru
         print(f"build: torch/triton present ({tv})")
     elif ok_t:  # the pin moved to a release whose torch brings another Triton
         print(f"build: torch/triton present ({tv}); Triton {pin.triton} for the pin")
-        pip("install", "-q", f"triton=={pin.triton}")
+        linesite.pip("install", "-q", f"triton=={pin.triton}")
     else:
-        pip("install", "-q", *torch_spec(pin, ws))
-    pip("install", "-q", "-r", str(vdir / "requirements" / "common.txt"))
+        linesite.pip("install", "-q", *torch_spec(pin, ws))
+    linesite.pip("install", "-q", "-r", str(vdir / "requirements" / "common.txt"))
     env = {
         **os.environ,
         "VLLM_USE_PRECOMPILED": "1",
@@ -180,39 +170,17 @@ def build(reinstall: bool = False, ws: Workspace | None = None, show: bool = Tru
         summary(pin, vdir)
 
 
-def line_requirements(ws: Workspace) -> list[str]:
-    """For a kept line's tree (imported from PYTHONPATH by its contract tier): install the
-    packages of its ``requirements/common.txt`` that this environment lacks (by distribution
-    name; an installed one is never changed, the main line's versions win). Returns the
-    requirement lines installed."""
-    import importlib.metadata
-
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    missing = []
-    for raw in (ws.vllm / "requirements" / "common.txt").read_text().splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line or line.startswith("-"):
-            continue
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
-            continue
-        if req.marker is not None and not req.marker.evaluate():
-            continue
-        try:
-            importlib.metadata.version(req.name)
-        except importlib.metadata.PackageNotFoundError:
-            missing.append(line)
-    if missing:
-        print(f"build{ws.label}: installing what the line needs and this venv lacks: {missing}")
-        pip("install", "-q", *missing)
-    return missing
-
-
 def main(args) -> int:
     if args.line_requirements:
-        line_requirements(Workspace.current())
+        ws = Workspace.current()
+        if not ws.line:
+            raise SeriesError(
+                "--line-requirements is for a kept line's tree; the main line's requirements "
+                "go into its venv with the build",
+                "VSERIES_LINE=<tag> python -m vseries build --line-requirements   # or "
+                "scripts/setup.sh, which runs it for every kept line",
+            )
+        linesite.set_up(ws)
         return 0
     if args.summary_only:
         ws = Workspace.current()
@@ -242,6 +210,8 @@ def add_parser(sub) -> None:
         "--line-requirements",
         action="store_true",
         help="for a kept line (VSERIES_LINE): install the packages its tree needs that this "
-        "venv lacks, changing none (scripts/setup.sh runs it for every kept line)",
+        "venv lacks into the line's own folder .vseries/lines/TAG/site, which its contract "
+        "runs put on PYTHONPATH; the venv is left as it is (scripts/setup.sh runs it for "
+        "every kept line)",
     )
     p.set_defaults(func=main)

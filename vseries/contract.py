@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vseries import git, host, pytestrun, retired, series, worktree
+from vseries import git, host, linesite, pytestrun, retired, series, worktree
 from vseries.errors import SeriesError
 from vseries.pytestrun import Case
 from vseries.workspace import Workspace
@@ -62,6 +62,7 @@ def run_one(
     root: Path | None = None,
     cpu_only: bool = False,
     marks: str = CONTRACT,
+    paths: list[Path] = (),
 ) -> Result:
     """Run one contract test file with pytest in a fresh interpreter.
 
@@ -73,12 +74,14 @@ def run_one(
         cpu_only: hide every CUDA device (CUDA_VISIBLE_DEVICES=""): only the part of the
             contract that decides on the CPU runs, the same on every host; GPU parts skip.
         marks: which of its tests (-m): CONTRACT, or WITH_GUARDS for the patched tree.
+        paths: folders put on PYTHONPATH after the tree (a kept line's own packages,
+            linesite.pythonpath).
     """
     root = root or Workspace.current().root
     r = pytestrun.run(
         ["-rs", "-m", marks, test, *extra],
         cwd=root,
-        pythonpath=[tree] if tree else [],
+        pythonpath=[*([tree] if tree else []), *paths],
         env={"CUDA_VISIBLE_DEVICES": ""} if cpu_only else None,
     )
     return Result(r.code, r.closing, str(tree or "installed vllm"), r.skip_lines, r.cases)
@@ -87,7 +90,8 @@ def run_one(
 def check_all(ws: Workspace, base: bool = True) -> list[tuple[series.Entry, Result, Result | None]]:
     """Run every patch's contract against the patched tree and, when ``base``, against the
     plain pin. The main line's patched tree is the installed vllm; a kept line's is its own
-    checkout (``.vseries/lines/<tag>/vllm``, on PYTHONPATH). Returns (entry, patched result,
+    checkout (``.vseries/lines/<tag>/vllm``, on PYTHONPATH), and both trees of a kept line
+    get its own packages after them (linesite.pythonpath). Returns (entry, patched result,
     base result)."""
     if ws.line and not git.is_repo(ws.vllm):
         raise SeriesError(
@@ -106,18 +110,20 @@ def check_all(ws: Workspace, base: bool = True) -> list[tuple[series.Entry, Resu
             raise SeriesError(f"contract {e.contract} of {e.name} does not exist")
     base_dir = worktree.base_tree(ws) if base else None
     patched_dir = ws.vllm if ws.line else None
-    return check_many(entries, base_dir, patched_dir, root=ws.root)
+    return check_many(entries, base_dir, patched_dir, root=ws.root, paths=linesite.pythonpath(ws))
 
 
-def run_many(tests: list[str], tree: Path | None, root: Path, marks: str) -> dict[str, Result]:
+def run_many(
+    tests: list[str], tree: Path | None, root: Path, marks: str, paths: list[Path] = ()
+) -> dict[str, Result]:
     """The contract files ``tests`` in one pytest run on ``tree`` (torch and vLLM imported
     once, not once per file: 35 s of CPU instead of 78 s for seven contracts on 2 cores); a
     Result per file, from its cases in the run's JUnit report. A file with no case there (a
-    run that broke off) gets code 5."""
+    run that broke off) gets code 5. ``paths``: as run_one's."""
     r = pytestrun.run(
         ["-rs", "-m", marks, "--continue-on-collection-errors", *tests],
         cwd=root,
-        pythonpath=[tree] if tree else [],
+        pythonpath=[*([tree] if tree else []), *paths],
     )
     out = {}
     for test in tests:
@@ -143,28 +149,31 @@ def check_many(
     base_dir: Path | None,
     patched_dir: Path | None = None,
     root: Path | None = None,
+    paths: list[Path] = (),
 ) -> list[tuple[series.Entry, Result, Result | None]]:
     """check_one for each entry; the rows in the entries' order. With jobs() above one (a
     host without a GPU) the contracts of a tree run in one interpreter (run_many), the trees
     side by side, and a contract whose outcome there is not the expected one (fail on the
     base, pass patched) runs again alone: that run is the one reported. With one job (a GPU
-    host) every contract runs alone, one at a time."""
+    host) every contract runs alone, one at a time. ``paths``: as run_one's."""
     root = root or Workspace.current().root
     if jobs() == 1:
-        return [check_one(e, base_dir, patched_dir, root) for e in entries]
+        return [check_one(e, base_dir, patched_dir, root, paths) for e in entries]
     tests = list(dict.fromkeys(e.contract for e in entries))
     with ThreadPoolExecutor(jobs()) as pool:
-        patched = pool.submit(run_many, tests, patched_dir, root, WITH_GUARDS)
-        base = pool.submit(run_many, tests, base_dir, root, CONTRACT) if base_dir else None
+        patched = pool.submit(run_many, tests, patched_dir, root, WITH_GUARDS, paths)
+        base = pool.submit(run_many, tests, base_dir, root, CONTRACT, paths) if base_dir else None
         patched, base = patched.result(), base.result() if base else None
         again = {}
         for e in entries:
             if patched[e.contract].code != 0:
                 again[e.contract, "patched"] = pool.submit(
-                    run_one, e.contract, patched_dir, root=root, marks=WITH_GUARDS
+                    run_one, e.contract, patched_dir, root=root, marks=WITH_GUARDS, paths=paths
                 )
             if base is not None and base[e.contract].code != 1:
-                again[e.contract, "base"] = pool.submit(run_one, e.contract, base_dir, root=root)
+                again[e.contract, "base"] = pool.submit(
+                    run_one, e.contract, base_dir, root=root, paths=paths
+                )
         rows = []
         for e in entries:
             p = again.get((e.contract, "patched"))
@@ -187,8 +196,11 @@ def check_upstreamed(ws: Workspace) -> list[tuple[retired.Record, Result]]:
     if not records:
         return []
     base_dir = worktree.base_tree(ws)
+    paths = linesite.pythonpath(ws)
     with ThreadPoolExecutor(jobs()) as pool:
-        runs = [pool.submit(run_one, r.contract, base_dir, root=ws.root) for r in records]
+        runs = [
+            pool.submit(run_one, r.contract, base_dir, root=ws.root, paths=paths) for r in records
+        ]
         return [(r, run.result()) for r, run in zip(records, runs, strict=True)]
 
 
@@ -219,11 +231,14 @@ def check_one(
     base_dir: Path | None,
     patched_dir: Path | None = None,
     root: Path | None = None,
+    paths: list[Path] = (),
 ) -> tuple[series.Entry, Result, Result | None]:
     """One patch's contract with its guards on the patched tree (None: the installed vllm),
-    and without them on the base (None: not run); ``root``: the workspace root."""
-    patched = run_one(e.contract, patched_dir, root=root, marks=WITH_GUARDS)
-    return e, patched, run_one(e.contract, base_dir, root=root) if base_dir else None
+    and without them on the base (None: not run); ``root``: the workspace root; ``paths``:
+    as run_one's."""
+    patched = run_one(e.contract, patched_dir, root=root, marks=WITH_GUARDS, paths=paths)
+    base = run_one(e.contract, base_dir, root=root, paths=paths) if base_dir else None
+    return e, patched, base
 
 
 def report(rows) -> bool:

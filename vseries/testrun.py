@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import time
 
-from vseries import contract, host, upstream, worktree
+from vseries import contract, host, linesite, upstream, worktree
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
 from vseries.pytestrun import PYTEST
@@ -98,6 +98,7 @@ def tier_upstream(ws: Workspace, fast: bool) -> bool | None:
         ws.vllm,
         upstream.load_selections(ws.root / "tests/upstream.toml"),
         ws.state / "upstream",
+        pythonpath=os.pathsep.join(str(p) for p in linesite.pythonpath(ws)),  # a kept line's
     )
     print(text)
     (ws.state / "upstream-report.md").write_text(text)

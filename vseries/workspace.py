@@ -97,6 +97,15 @@ class Workspace:
         return self.root / ".vseries"
 
     @property
+    def site(self) -> Path:
+        """A kept line's own packages, those its tree needs and the main line's venv lacks
+        (``pip install --target``; on PYTHONPATH for that line's runs only):
+        ``.vseries/lines/<tag>/site``. The main line has none: its venv holds what it needs."""
+        if not self.line:
+            raise ValueError("the main line has no site folder: its venv holds what it needs")
+        return self.root / ".vseries" / "lines" / self.line / "site"
+
+    @property
     def label(self) -> str:
         """How messages name this line: "" for the main line, " (line v0.21.0)" else."""
         return f" (line {self.line})" if self.line else ""

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from vseries import fetch, release
+from vseries import fetch, linesite, release
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
+from vseries.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -113,12 +114,22 @@ def line_dirs() -> list[Path]:
     return [ROOT, *sorted(p.parent for p in (ROOT / "lines").glob("*/upstream.toml"))]
 
 
+def line_site(tag: str) -> list[str]:
+    """The kept line ``tag``'s own packages as PYTHONPATH entries: its folder
+    ``.vseries/lines/<tag>/site`` (scripts/setup.sh), when this venv lacks what it holds. A
+    test that imports that line's tree (or a release near it) from this venv needs it, as the
+    line's contract runs have it (the main venv holds only what the main line needs)."""
+    return [str(p) for p in linesite.pythonpath(Workspace(ROOT, tag))]
+
+
 @pytest.fixture
 def ws_before(tmp_path, pristine_of, monkeypatch):
     """ws_before(tag): a workspace copy of the newest line (main or kept) whose pin is older
     than release ``tag``, with its pin and series and vllm/ at its pin; None when no line is
     older (the series has moved past ``tag``). Tests of real rebases use it, so that moving the
-    main pin keeps them running from a kept line."""
+    main pin keeps them running from a kept line; then that line's own packages are on
+    PYTHONPATH (line_site), for the copy's contract runs on its trees and on the releases
+    after it."""
     from packaging.version import Version
 
     def make(tag: str) -> Path | None:
@@ -136,6 +147,9 @@ def ws_before(tmp_path, pristine_of, monkeypatch):
         shutil.copytree(d / "patches", root / "patches")
         clone_pinned(pristine_of(p), root / "vllm", p.commit)
         monkeypatch.setenv("VSERIES_ROOT", str(root))
+        if d != ROOT:
+            path = [*line_site(d.name), os.environ.get("PYTHONPATH", "")]
+            monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, path)))
         return root
 
     return make

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, line_site
 
 from benchmarks import report, shapes
 from vseries import results
@@ -254,8 +254,9 @@ def test_warmup_enumeration_measures_the_series_walk_on_cpu(tmp_path):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     if tree != ROOT / "vllm":  # a kept line's tree (the main line's series moved it onto the
         # JIT warm-up framework); the workspace first: a vLLM checkout has a benchmarks package
-        # of its own, and the workspace's vllm/ folder (no __init__.py) yields to the tree's
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(tree)])
+        # of its own, and the workspace's vllm/ folder (no __init__.py) yields to the tree's;
+        # the line's own packages after it, as its contract runs have them
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(tree), *line_site(tree.parent.name)])
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     head, rows = results.load(out)

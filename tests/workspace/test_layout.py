@@ -36,6 +36,7 @@ BASE = {
     "vseries.am",
     "vseries.worktree",
     "vseries.results",
+    "vseries.linesite",
 }
 # public functions of a verb that other verbs call (anything else across verbs is refused)
 VERB_API = {

@@ -729,12 +729,16 @@ class SharedRuns:
     def __getattr__(self, name):  # the rest of the contract module
         return getattr(contract, name)
 
-    def run_one(self, test, tree, extra=(), root=None, cpu_only=False, marks=contract.CONTRACT):
-        args = (test, tree, list(extra), root, cpu_only, marks)
+    def run_one(
+        self, test, tree, extra=(), root=None, cpu_only=False, marks=contract.CONTRACT, paths=()
+    ):
+        args = (test, tree, list(extra), root, cpu_only, marks, list(paths))
         if tree is None or root is None or git(tree, "status", "--porcelain"):
             return contract.run_one(*args)
         key = hashlib.sha256()
-        for part in (git(tree, "rev-parse", "HEAD^{tree}"), test, *extra, cpu_only, marks):
+        parts = (git(tree, "rev-parse", "HEAD^{tree}"), test, *extra, cpu_only, marks, *paths)
+        parts += (os.environ.get("PYTHONPATH", ""),)  # the environment the run imports from
+        for part in parts:
             key.update(f"{part}\0".encode())
         key.update((Path(root) / test).read_bytes())
         done = self.store / f"{key.hexdigest()}.json"

@@ -32,7 +32,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, git, make_patch
+from conftest import ROOT, git, line_site, make_patch
 from hypothesis import given
 from hypothesis import strategies as st
 from packaging.requirements import Requirement
@@ -538,9 +538,10 @@ def deps(tmp_path_factory) -> Path:
     return out
 
 
-def venv_with(where: Path, deps: Path, wheel: Path) -> Path:
-    """A fresh virtual environment, vLLM's dependencies from ``deps``, ``wheel`` installed
-    with ``pip install --no-deps --no-index`` (no bytecode: the install is what is tested)."""
+def venv_with(where: Path, deps: Path, wheel: Path, more: list[str] = ()) -> Path:
+    """A fresh virtual environment, vLLM's dependencies from ``deps`` (and the folders
+    ``more``: a kept line's own packages, line_site), ``wheel`` installed with ``pip install
+    --no-deps --no-index`` (no bytecode: the install is what is tested)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
     site = subprocess.run(
         [
@@ -552,7 +553,7 @@ def venv_with(where: Path, deps: Path, wheel: Path) -> Path:
         text=True,
         check=True,
     ).stdout.strip()
-    (Path(site) / "vseries-deps.pth").write_text(f"{deps}\n")
+    (Path(site) / "vseries-deps.pth").write_text("".join(f"{d}\n" for d in [deps, *more]))
     p = pip(where, "install", "--no-deps", "--no-index", "--no-compile", "-q", str(wheel))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     return where
@@ -621,11 +622,13 @@ def release_env(tmp_path_factory, deps):
 
 @pytest.fixture
 def scratch_venv(tmp_path, deps):
-    """scratch_venv(wheel): a venv with ``wheel`` installed for one test, removed after it."""
+    """scratch_venv(wheel, tag): a venv with ``wheel`` installed for one test, removed after
+    it; for a kept line ``tag``, its own packages beside vLLM's dependencies."""
     made = []
 
-    def make(wheel: Path) -> Path:
-        made.append(venv_with(tmp_path / f"venv{len(made)}", deps, wheel))
+    def make(wheel: Path, tag: str | None = None) -> Path:
+        more = line_site(tag) if tag else []
+        made.append(venv_with(tmp_path / f"venv{len(made)}", deps, wheel, more))
         return made[-1]
 
     yield make
@@ -688,7 +691,7 @@ def test_a_kept_line_s_installed_wheel_passes_its_contracts(
 ):
     """The kept line's contracts on its installed wheel (that they fail on its plain release
     is its contract tier's check, on its tree)."""
-    venv = scratch_venv(real_wheel(tag).path)
+    venv = scratch_venv(real_wheel(tag).path, tag)
     found, where, _ = contracts(venv, tag, contract.WITH_GUARDS, tmp_path)
     assert where.startswith(site_of(venv)), where
     for f, outcomes in found.items():
@@ -756,7 +759,7 @@ def test_the_recipe_installs_the_wheel_over_the_release(
     reachable here, so the image itself is not built."""
     built = real_wheel(tag)
     pin = pinmod.load(line_ws(tag).pin_file)
-    venv = scratch_venv(fetch.fetch(pin.package, pin.wheel))
+    venv = scratch_venv(fetch.fetch(pin.package, pin.wheel), tag)
     steps = recipe(DOCKERFILE)
     args = build_args(steps, VLLM_TAG=pin.tag)
     fs = tmp_path / "fs"  # the image's file system, for the paths the recipe names

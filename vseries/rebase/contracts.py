@@ -10,14 +10,16 @@ rebase state.
 
 from pathlib import Path
 
-from vseries import contract, git
+from vseries import contract, git, linesite
 from vseries.workspace import Workspace
 
 # how pytest's JUnit report starts the message of a failed assertion (or pytest.fail)
 _ASSERTED = ("AssertionError", "assert ", "Failed:")
 
 
-def verdict(test: str, tree: Path, root: Path) -> tuple[str, str, list[str]]:
+def verdict(
+    test: str, tree: Path, root: Path, paths: list[Path] = ()
+) -> tuple[str, str, list[str]]:
     """Run a patch's contract on plain upstream (``tree``), CUDA hidden.
 
     Only an assertion decides: a test that fails with AssertionError (or pytest.fail) says
@@ -29,12 +31,13 @@ def verdict(test: str, tree: Path, root: Path) -> tuple[str, str, list[str]]:
 
     Args:
         test: contract test file, relative to the workspace root ``root``.
+        paths: folders put on PYTHONPATH after the tree (a kept line's own packages).
 
     Returns:
         ("pass" | "fail" | "undecided", a sentence with pytest's closing line and the reason,
         the names of the tests that passed: what kept() compares the old pin with).
     """
-    r = contract.run_one(test, tree, root=root, cpu_only=True)
+    r = contract.run_one(test, tree, root=root, cpu_only=True, paths=paths)
     passed = [c.name for c in r.cases if c.kind == "passed"]
     said, why = _verdict(r)
     return said, why, passed
@@ -70,11 +73,13 @@ def _mentions_gpu(text: str) -> bool:
     return "cuda" in text.lower() or "gpu" in text.lower()
 
 
-def kept(test: str, old_tree: Path, passed_new: list[str], root: Path) -> list[str]:
+def kept(
+    test: str, old_tree: Path, passed_new: list[str], root: Path, paths: list[Path] = ()
+) -> list[str]:
     """Names of the contract's tests that fail on an assertion in ``old_tree`` (the old pin)
     and passed on plain new upstream (``passed_new``, from verdict()), CUDA hidden: the part
-    upstream took."""
-    old = contract.run_one(test, old_tree, root=root, cpu_only=True).cases
+    upstream took. ``paths``: as verdict()'s."""
+    old = contract.run_one(test, old_tree, root=root, cpu_only=True, paths=paths).cases
     return [
         c.name
         for c in old
@@ -93,6 +98,8 @@ class Contracts:
     def __init__(self, ws: Workspace, st, save):
         self.ws, self.st, self.save = ws, st, save
         self.dir = ws.state / "rebase"
+        # a kept line's rebase runs from the main venv: its own packages beside its trees
+        self.paths = linesite.pythonpath(ws)
 
     def _tree(self, base: str, name: str) -> Path:
         return git.add_worktree(self.ws.vllm, self.dir / name, base)
@@ -111,7 +118,7 @@ class Contracts:
             return "undecided", f"contract {test} does not exist in this workspace"
         if test not in self.st.verdicts or test not in self.st.passed:
             tree = self._tree(self.st.new.base, "upstream")
-            said, why, passed = verdict(test, tree, self.ws.root)
+            said, why, passed = verdict(test, tree, self.ws.root, self.paths)
             self.st.verdicts[test], self.st.passed[test] = [said, why], passed
             self.save()
         return tuple(self.st.verdicts[test])
@@ -124,7 +131,7 @@ class Contracts:
         if test not in self.st.kept:
             self.verdict(options)  # the run on plain new upstream, once
             old = self._tree(self.st.old.commit, "old-pin")
-            self.st.kept[test] = kept(test, old, self.st.passed[test], self.ws.root)
+            self.st.kept[test] = kept(test, old, self.st.passed[test], self.ws.root, self.paths)
             self.save()
         return list(self.st.kept[test])
 
