@@ -22,7 +22,7 @@
 #   epcost benchmarks/ep_nan.py --time-only on base, base+0002, base+0005, series (EP_TREES)
 #   served benchmarks/served: waves of engine processes (served.sh), every process a record;
 #          WAVES names the waves to run (default "1 2 3 4 5"); the series' processes ask for
-#          its decode backend (--moe-backend triton_fp8_decode) but in wave 5 (its auto)
+#          its decode backend (--moe-backend triton_fp8_decode) but sa* (its auto)
 #   kbench 0003's layer benchmark in vLLM's benchmarks/kernels/ (the command its PR shows)
 #   latency vLLM's own `vllm bench latency` (batch 1, 1024 output tokens) on base and series
 #          (--moe-backend triton_fp8_decode)
@@ -76,8 +76,7 @@ PY
       run_in series 300 python3 -m pytest -q -p no:cacheprovider -x \
         tests/kernels/moe/test_fused_moe_fp8_decode.py --junitxml "$R/decode-series.xml"
       run_in series 150 python3 -m pytest -q -p no:cacheprovider \
-        tests/kernels/moe/test_fused_moe_jit_warmup.py tests/kernels/moe/test_fused_moe_tuned_configs.py \
-        tests/kernels/moe/test_fp8_oracle_hopper_default.py \
+        tests/kernels/moe/test_fused_moe_jit_warmup.py tests/kernels/moe/test_fp8_oracle_hopper_default.py \
         --junitxml "$R/others-series.xml"
       for t in series base; do
         run_ws "$t" 120 python3 -P -m pytest -q -p no:cacheprovider -m contract -rA \
@@ -183,17 +182,18 @@ PY
           1) served_wave 1 300 bd1:base:fp8dyn:trace sd1:series:fp8dyn:trace:$D \
             bs1:base:fp8static:trace ss1:series:fp8static:trace:$D bd2:base:fp8dyn \
             sd2:series:fp8dyn::$D ;;
-          2) served_wave 2 240 bs2:base:fp8static ss2:series:fp8static::$D bd3:base:fp8dyn \
+          2) served_wave 2 270 bs2:base:fp8static ss2:series:fp8static::$D bd3:base:fp8dyn \
             sd3:series:fp8dyn::$D bs3:base:fp8static ss3:series:fp8static::$D ;;
-          3) served_wave 3 200 ws1:wheel:fp8static::$D bd4:base:fp8dyn sd4:series:fp8dyn::$D \
-            bs4:base:fp8static ss4:series:fp8static::$D ;;
+          3) served_wave 3 270 ws1:wheel:fp8static::$D bd4:base:fp8dyn sd4:series:fp8dyn::$D \
+            bs4:base:fp8static ss4:series:fp8static::$D sa1:series:fp8static ;;
           # v0.34.0 with the rule of #50040 alone (TRITON asked for) against its default
-          4) served_wave 4 240 bt1:base:fp8static::triton bs5:base:fp8static \
-            bt2:base:fp8static::triton bs6:base:fp8static bt3:base:fp8static::triton \
-            bs7:base:fp8static ;;
-          # the series as it is (auto: TRITON with its configs), beside fifth processes
-          5) served_wave 5 240 sa1:series:fp8static sd5:series:fp8dyn::$D sa2:series:fp8dyn \
-            bd5:base:fp8dyn sa3:series:fp8static ss5:series:fp8static::$D ;;
+          4) served_wave 4 240 bt1:base:fp8static::triton bs6:base:fp8static \
+            bt2:base:fp8static::triton bs7:base:fp8static bt3:base:fp8static::triton \
+            bs8:base:fp8static ;;
+          # fifth processes of each arm; sa*: the series as it is with static scales (auto:
+          # 0001's TRITON with 0004's configs, against FLASHINFER_CUTLASS)
+          5) served_wave 5 270 bd5:base:fp8dyn sd5:series:fp8dyn::$D bs5:base:fp8static \
+            ss5:series:fp8static::$D sa2:series:fp8static sa3:series:fp8static ;;
         esac
       done
       run_ws series 60 python3 -P -m benchmarks.served.report "$R"/served/*.json \
