@@ -55,6 +55,11 @@ def candidates() -> list[tuple[type, str]]:
     return [(c, b) for b in backends for c in fp8.backend_to_kernel_cls(fp8.Fp8MoeBackend[b])]
 
 
+def class_names() -> list[str]:
+    """The experts classes ``candidates`` names, in its order (the results file's header)."""
+    return [c.__name__ for c, _ in candidates()]
+
+
 def build(cls, cfg, s1, s2, a1, a2, backend: str = "TRITON"):
     """The modular kernel the oracle makes for ``cls``, ``backend`` and this layer."""
     from vllm.model_executor.layers.fused_moe.oracle import fp8
@@ -231,8 +236,7 @@ def main() -> int:
     workspace.init_workspace_manager(torch.device("cuda"))
     bw = harness.read_bandwidth()
     head = harness.header(
-        "moe_layer", a.variant, bw, classes=[c.__name__ for c in candidates()],
-        batches=a.batches,
+        "moe_layer", a.variant, bw, classes=class_names(), batches=a.batches,
     )  # fmt: skip
     rows: list[results.Row] = []
     with set_current_vllm_config(VllmConfig()):

@@ -179,7 +179,7 @@ PY
       D=triton_fp8_decode
       for w in ${WAVES:-1 2 3 4 5}; do
         case $w in
-          1) served_wave 1 300 bd1:base:fp8dyn:trace sd1:series:fp8dyn:trace:$D \
+          1) served_wave 1 340 bd1:base:fp8dyn:trace sd1:series:fp8dyn:trace:$D \
             bs1:base:fp8static:trace ss1:series:fp8static:trace:$D bd2:base:fp8dyn \
             sd2:series:fp8dyn::$D ;;
           2) served_wave 2 270 bs2:base:fp8static ss2:series:fp8static::$D bd3:base:fp8dyn \

@@ -122,7 +122,9 @@ def build_llm(args, model: Path, profile_dir: str | None):
     )
 
 
-def run(args) -> dict:
+def run(args, save=None) -> dict:
+    """The process's record; ``save(rec)`` is called once its timings are in, before the
+    trace, so that a process stopped during its trace (the wave's time limit) keeps them."""
     from vllm.inputs import TokensPrompt
 
     from vllm import SamplingParams
@@ -166,6 +168,8 @@ def run(args) -> dict:
         rec["tpot_ms"].setdefault(str(bs), []).append(tpot)
         rec["wall_s"].setdefault(str(bs), []).append(round(dt, 4))
         print(f"{args.name} bs={bs} rep={rep} tpot={tpot} ms wall={dt:.3f} s", flush=True)
+    if save is not None:
+        save(rec)
     if args.trace:
         turns.take()
         try:
@@ -213,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     try:
-        rec = run(args)
+        rec = run(args, save=lambda r: write_record(args, r))
     except BaseException as exc:
         # joined and finished at once: the rest of the wave neither waits for it nor
         # passes it the turn
@@ -222,13 +226,18 @@ def main(argv: list[str] | None = None) -> int:
         turns.give(finished=True)
         args.out.write_text(json.dumps({"name": args.name, "error": repr(exc)[:2000]}))
         raise
+    write_record(args, rec)
+    print(json.dumps({k: v for k, v in rec.items() if k not in ("tokens", "trace")}))
+    return 0
+
+
+def write_record(args, rec: dict) -> None:
+    """``rec`` to ``--out``, with the backend and log lines of the process's output."""
     if args.log and args.log.exists():
         rec["log"] = log_lines(args.log.read_text(errors="replace"))
         chosen = [m.group(1) for ln in rec["log"] if (m := BACKEND.search(ln))]
         rec["backend"] = chosen[0] if chosen else None
     args.out.write_text(json.dumps(rec, indent=1))
-    print(json.dumps({k: v for k, v in rec.items() if k not in ("tokens", "trace")}))
-    return 0
 
 
 if __name__ == "__main__":

@@ -465,3 +465,22 @@ def test_layer_reports_write_their_page_and_plot(script, tmp_path):
     assert "read bandwidth 4.30 TB/s measured in the same run. The layer as" in first
     assert md.endswith(f"table: `python benchmarks/{script}.py --base {tmp_path / 'base.json'} "
                        f"--series {tmp_path / 'series.json'} --out {out}`\n")  # fmt: skip
+
+
+def test_layer_benchmark_names_its_classes_in_the_series_tree():
+    """bench_moe_layer's header names the experts classes it can time, from ``candidates``'
+    (class, backend) pairs: the series' decode backend's classes, then TRITON's. On the H200
+    (2026-12-05) the header read ``c.__name__`` of each pair and every run stopped before its
+    first row; this runs the same code on the CPU against the series tree in the venv."""
+    from vllm.model_executor.layers.fused_moe.oracle import fp8
+
+    from benchmarks import bench_moe_layer as b
+
+    pairs = b.candidates()
+    names = b.class_names()
+    assert names == [c.__name__ for c, _ in pairs] and all(isinstance(n, str) for n in names)
+    backends = [be for _, be in pairs]
+    assert backends[-1] == "TRITON" and "TritonExperts" in names
+    # the series' decode backend comes first when the tree has one
+    if "TRITON_FP8_DECODE" in fp8.Fp8MoeBackend.__members__:
+        assert backends[0] == "TRITON_FP8_DECODE" and names[0] != "TritonExperts"

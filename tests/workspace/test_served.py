@@ -2,6 +2,7 @@
 that keep engine processes from measuring at once, the trace summary of decode steps, and the
 report that lists every process and predicts the saving from the layer table."""
 
+import inspect
 import json
 import multiprocessing as mp
 import time
@@ -101,6 +102,21 @@ def test_log_lines_name_the_backend():
     lines = engine.log_lines(text)
     assert len(lines) == 2
     assert engine.BACKEND.search(lines[0]).group(1) == "FLASHINFER_CUTLASS"
+
+
+def test_a_record_is_written_with_its_backend_before_the_trace(tmp_path):
+    """The engine writes its record as soon as its timings are in (``run``'s ``save``), with
+    the backend its output names, and again at the end: on the H200 (2026-12-05) a process
+    stopped by the wave's time limit during its trace lost timings it had printed."""
+    import argparse
+
+    log, out = tmp_path / "p.log", tmp_path / "p.json"
+    log.write_text("INFO [fp8.py:612] Using TRITON_FP8_DECODE Fp8 MoE backend out of x\n")
+    args = argparse.Namespace(log=log, out=out)
+    engine.write_record(args, {"name": "p", "tpot_ms": {"1": [2.0]}})
+    rec = json.loads(out.read_text())
+    assert rec["tpot_ms"] == {"1": [2.0]} and rec["backend"] == "TRITON_FP8_DECODE"
+    assert "save" in inspect.signature(engine.run).parameters
 
 
 def _kernel(name, ts, dur, corr):
