@@ -142,6 +142,7 @@ def run(args, save=None) -> dict:
         "layers": cfg["num_hidden_layers"], "moe_backend": args.moe_backend,
         "vllm": vllm.__version__, "vllm_file": vllm.__file__,
         "startup_s": round(time.perf_counter() - t0, 1), "output_len": args.output_len,
+        "wave_id": Path(args.turns).name.removeprefix("turns-"),
     }  # fmt: skip
 
     def generate(ps, n):

@@ -17,7 +17,9 @@ each arm's MoE experts run: ``layer_variant``), shape ``--shape``.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -116,7 +118,39 @@ def layer_us(layer_rows: list[dict], shape: str) -> dict:
     return out
 
 
-def summary(recs: list[dict], batches: list[str], layer: dict) -> list[list[str]]:
+WAVE_LINE = re.compile(r"^=== wave (\S+): \d+ engines, [^:]*: (.*)$")
+
+
+def waves_from_log(text: str) -> dict[str, str]:
+    """Process name -> its wave, from moved.sh's log (``=== wave 1: 6 engines, 300s, at 19s:
+    bd1:base:fp8dyn ...``): for records written before the engine kept its wave's name."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if m := WAVE_LINE.match(line.strip()):
+            for spec in m.group(2).split():
+                out.setdefault(spec.split(":")[0], m.group(1))
+    return out
+
+
+def wave_of(rec: dict, waves: dict[str, str]) -> str | None:
+    return rec.get("wave_id") or waves.get(rec.get("name", ""))
+
+
+def per_wave(recs: list[dict], flavour: str, batch: str, arm: str, waves: dict) -> str:
+    """v0.34.0's default against ``arm`` inside each wave (processes started together): the
+    ratio of the medians of the wave's processes, and how many of each side it holds."""
+    cells = []
+    for w in sorted({wave_of(r, waves) for r in recs} - {None}):
+        here = [r for r in recs if wave_of(r, waves) == w]
+        base, other = medians(here, flavour, batch, "base"), medians(here, flavour, batch, arm)
+        if base and other:
+            cells.append(f"{w}: {med(base) / med(other):.3f}x ({len(base)} v {len(other)})")
+    return ", ".join(cells) or "-"
+
+
+def summary(
+    recs: list[dict], batches: list[str], layer: dict, waves: dict | None = None
+) -> list[list[str]]:
     """Per flavour, series arm and batch size: v0.34.0's default against the arm."""
     rows = []
     ok = [r for r in recs if "error" not in r]
@@ -140,7 +174,7 @@ def summary(recs: list[dict], batches: list[str], layer: dict) -> list[list[str]
                     [fl, b, spread(base), arm, spread(ser), f"{mb / ms:.3f}x", f"{saved:.3f}",
                      "-" if pred is None else f"{pred:.3f}",
                      "-" if not pred else f"{100 * saved / pred:.0f}%",
-                     f"{wins} of {len(ser)}"]
+                     f"{wins} of {len(ser)}", per_wave(recs, fl, b, arm, waves or {})]
                 )  # fmt: skip
     return rows
 
@@ -185,7 +219,9 @@ def trace_rows(recs: list[dict]) -> list[list[str]]:
     return rows
 
 
-def build(paths: list[Path], layer_paths: list[Path], shape: str) -> tuple[str, list[dict]]:
+def build(
+    paths: list[Path], layer_paths: list[Path], shape: str, waves: dict | None = None
+) -> tuple[str, list[dict]]:
     recs = [json.loads(p.read_text()) for p in paths]
     batches = sorted({b for r in recs for b in r.get("tpot_ms", {})}, key=int)
     layer_rows = []
@@ -202,8 +238,9 @@ def build(paths: list[Path], layer_paths: list[Path], shape: str) -> tuple[str, 
     table2 = results.markdown_table(
         ["flavour", "batch", "v0.34.0 default TPOT ms (range of processes)", "series arm",
          "its TPOT ms", "default / it", "saved ms", "predicted ms (layers x layer saving)",
-         "saved / predicted", "its processes faster than every default one"],
-        summary(recs, batches, layer_us(layer_rows, shape)),
+         "saved / predicted", "its processes faster than every default one",
+         "default / it inside each wave (processes of each)"],
+        summary(recs, batches, layer_us(layer_rows, shape), waves),
     )  # fmt: skip
     br = backend_rows(recs, batches)
     if br:
@@ -230,8 +267,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", default="qwen3-30b-a3b")
     ap.add_argument("--md", type=Path)
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--waves-log", type=Path, help="moved.sh's log: each process's wave (older records)"
+    )
     a = ap.parse_args(argv)
-    text, slim = build(a.records, a.layer, a.shape)
+    waves = {}
+    if a.waves_log:
+        raw = a.waves_log.read_bytes()
+        waves = waves_from_log(
+            (gzip.decompress(raw) if a.waves_log.suffix == ".gz" else raw).decode(errors="replace")
+        )
+    text, slim = build(a.records, a.layer, a.shape, waves)
     print(text)
     if a.md:
         a.md.write_text(text)
