@@ -1,12 +1,14 @@
 """The series check behind the pre-commit hook: every series entry exists and is a patch,
-every patch file is listed, each carries a DCO Signed-off-by and names a contract test, and
-the records of the patches that left the series (patches/retired.toml) are sound.
+every patch file is listed, each carries a DCO Signed-off-by and names a contract test, the
+records of the patches that left the series (patches/retired.toml) are sound, and the
+workspace's index records ``vllm/`` at the pin (``git commit -a`` at the root would record
+the series' own HEAD instead).
 Standard library only (pre-commit runs it with the system python3)."""
 
 import re
 import sys
 
-from vseries import retired, series
+from vseries import git, pin, retired, series
 from vseries.errors import SeriesError
 from vseries.workspace import Workspace
 
@@ -14,11 +16,12 @@ from vseries.workspace import Workspace
 def problems(ws: Workspace | None = None) -> list[str]:
     """One line per problem found; empty when the series is sound."""
     ws = ws or Workspace.current()
+    link = gitlink_problem(ws)
     try:
         entries = series.load(ws)
     except SeriesError as e:
-        return [str(e)]
-    out = retired.problems(ws)
+        return [str(e)] + ([link] if link else [])
+    out = retired.problems(ws) + ([link] if link else [])
     for e in entries:
         text = e.path.read_text(errors="replace")
         if not re.search(r"^Signed-off-by: .+ <.+>$", text, re.M):
@@ -28,6 +31,20 @@ def problems(ws: Workspace | None = None) -> list[str]:
         elif not (ws.root / e.contract).is_file():
             out.append(f"{e.name}: contract {e.contract} does not exist")
     return out
+
+
+def gitlink_problem(ws: Workspace) -> str | None:
+    """What is wrong with the gitlink of ``vllm/`` in the workspace's index, or None: it must
+    be the pin's commit (``upstream.toml``), never the series applied on top of it."""
+    link = git.gitlink(ws.root)
+    want = pin.load(ws.root / "upstream.toml").commit
+    if link is None or link == want:
+        return None
+    return (
+        f"the index records vllm/ at {link[:12]}, not at the pin {want[:12]} (upstream.toml): "
+        "`git commit -a` or `git add vllm` at the root stages the series' HEAD\n"
+        f"  next: git update-index --cacheinfo 160000,{want},vllm"
+    )
 
 
 def main() -> int:

@@ -1,7 +1,7 @@
 """build refuses the precompiled path for a series that changes csrc/; the series lint."""
 
 import pytest
-from conftest import make_patch
+from conftest import git, make_patch
 
 from vseries import build, lint_series, series
 from vseries.errors import SeriesError
@@ -43,3 +43,21 @@ def test_lint_flags_missing_signoff_and_contract(tiny):
     (tiny / "tests" / "c.py").write_text("")
     (tiny / "patches" / "series").write_text(p.name + " contract=tests/c.py\n")
     assert [f for f in lint_series.problems() if "contract" in f] == []
+
+
+def test_lint_refuses_a_gitlink_off_the_pin(tiny):
+    """``git commit -a`` at the workspace's root records vllm/ at the series' HEAD; the series
+    check (a pre-commit hook CI runs) names it and the command that puts the pin back."""
+    from vseries import pin
+
+    want = pin.load(tiny / "upstream.toml").commit
+    git(tiny, "init", "-q")
+    git(tiny, "update-index", "--add", "--cacheinfo", f"160000,{want},vllm")
+    assert lint_series.problems() == []
+    other = "1" * 40
+    git(tiny, "update-index", "--cacheinfo", f"160000,{other},vllm")
+    [found] = lint_series.problems()
+    assert "111111111111" in found and want[:12] in found
+    assert f"next: git update-index --cacheinfo 160000,{want},vllm" in found
+    git(tiny, "update-index", "--cacheinfo", f"160000,{want},vllm")
+    assert lint_series.problems() == []
