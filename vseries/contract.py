@@ -217,13 +217,22 @@ def report_upstreamed(rows) -> bool:
     return good
 
 
+def first_sentence(text: str, limit: int = 300) -> str:
+    """The first sentence of ``text``, whole (a cut mid-sentence reads as a different claim);
+    past ``limit`` characters it ends with an ellipsis."""
+    one = " ".join(text.split())
+    end = one.find(". ")
+    one = one if end < 0 else one[: end + 1]
+    return one if len(one) <= limit else one[: limit - 3].rstrip() + "..."
+
+
 def report_dropped(ws: Workspace) -> None:
     """Name the patches dropped by hand (patches/retired.toml, kind dropped): their contracts
     are not run (they fail on the pin by design)."""
     for r in retired.load(ws):
         if r.kind == retired.DROPPED:
             print(f"{r.name[:58]:58} {'-':10} {'-':10} dropped at {r.left_at}: not run")
-            print(f"    why: {r.why.splitlines()[0][:200]}")
+            print(f"    why: {first_sentence(r.why)}")
 
 
 def check_one(

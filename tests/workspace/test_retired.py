@@ -97,3 +97,15 @@ def test_the_workspace_records_the_rope_patch_as_dropped_and_keeps_its_file():
         "0001-Perf-Kernel-Swap-AB-in-fused_moe_kernel-so-decode-ti.patch"
     ]
     assert retired.problems(ws) == []
+
+
+def test_a_dropped_patch_s_why_is_printed_as_a_whole_sentence():
+    """The contract tier prints the first sentence of a long why, never cut mid-sentence (a
+    newcomer read the real record's line, cut at 200 characters, as a different claim)."""
+    real = [r for r in retired.load(Workspace.current()) if r.kind == retired.DROPPED]
+    for r in real:
+        line = contract.first_sentence(r.why)
+        assert line.endswith((".", "...")) and r.why.startswith(line.rstrip(".").rstrip("."))
+    assert contract.first_sentence("One. Two.") == "One."
+    assert contract.first_sentence("x" * 400).endswith("...")
+    assert len(contract.first_sentence("x" * 400)) == 300
