@@ -2,9 +2,11 @@
 # Host side of the served-decode benchmark (benchmarks/served): waves of engine processes of
 # vLLM's offline LLM, several alive at once on the one GPU, measuring in turns. Sourced by
 # moved.sh (its `served` phase) after lib.sh; reads R (results), SITE, ws, deadline.
-#   served_wave NAME LIMIT SPEC...   SPEC = name:tree:flavour[:trace[:backend]]
+#   served_wave NAME LIMIT SPEC...   SPEC = name:tree:flavour[:trace[:backend[:layers]]]
 # tree: base or series (the staged trees), wheel (the patched release wheel in /root/wsite);
-# backend: a --moe-backend to ask for (default: the oracle's choice).
+# backend: a --moe-backend to ask for (default: the oracle's choice); layers: the model's depth
+# (default 24). A wave whose processes do not fit in the GPU's memory together
+# (benchmarks.served.fit) runs in parts, each a wave of its own (3a, 3b, ...), LIMIT each.
 # Each process: $R/served/<name>.json (its record) and <name>.log (its output: vLLM logs to
 # stdout; the engine reads the backend lines from there).
 # shellcheck shell=bash
@@ -13,6 +15,17 @@
 served_env=(VLLM_USE_DEEP_GEMM=0 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_CACHE_ROOT=/root/vcache
   PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false)
 served_wave() {
+  local wave=$1 limit=$2 name specs
+  shift 2
+  gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
+  (cd "$ws" && PYTHONPATH="$ws" python3 -P -m benchmarks.served.fit --gpu-mib "$gpu_mib" \
+    "$wave" "$@") >"$R/fit-$wave.txt" || { echo "!!! wave $wave not started"; return 1; }
+  while read -r name specs; do
+    # shellcheck disable=SC2086  # the part's specs, one word each
+    served_part "$name" "$limit" $specs || return 1
+  done <"$R/fit-$wave.txt"
+}
+served_part() {
   local wave=$1 limit=$2 t
   shift 2
   t=$(left)
@@ -21,17 +34,18 @@ served_wave() {
     echo "!!! wave $wave skipped (budget)"
     return 1
   fi
-  local dir=/tmp/turns-$wave n=$# i=0 pids=() spec name tree flavour trace backend path
+  local dir=/tmp/turns-$wave n=$# i=0 pids=() spec name tree flavour trace backend layers path
   rm -rf "$dir" && mkdir -p "$R/served"
   echo "=== wave $wave: $n engines, ${limit}s, at ${SECONDS}s: $*"
   for spec in "$@"; do
-    IFS=: read -r name tree flavour trace backend <<<"$spec"
+    IFS=: read -r name tree flavour trace backend layers <<<"$spec"
     if [ "$tree" = wheel ]; then path="/root/wsite:$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages:$ws"; else path=$(tree_path "$tree"); fi
     # the engine reads its own stderr file at the end (--log: the backend lines)
     # shellcheck disable=SC2094
     (cd "$ws" && env "${served_env[@]}" PYTHONPATH="$path" timeout "$limit" python3 -P -m \
       benchmarks.served.engine --name "$name" --tree "$tree" --flavour "$flavour" \
       --turns "$dir" --index "$i" --count "$n" ${trace:+--trace} --moe-backend "${backend:-auto}" \
+      --layers "${layers:-24}" --gpu-mib "$gpu_mib" \
       --wait-s $((limit - 60)) --log "$R/served/$name.log" --out "$R/served/$name.json" \
       >"$R/served/$name.log" 2>&1) &
     pids+=($!)

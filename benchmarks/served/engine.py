@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 from benchmarks.e2e import models
+from benchmarks.served import fit
 from benchmarks.served import trace as trace_mod
 from benchmarks.served.turns import Turns
 
@@ -86,8 +87,22 @@ BACKEND = re.compile(r"Using (\w+) Fp8 MoE backend")
 def log_lines(text: str, limit: int = 20) -> list[str]:
     """The log lines that say which MoE backend and experts class the oracle chose, whether
     FlashInfer autotuned, which attention backend ran, and Triton compiles while serving."""
-    keep = [ln.strip()[:400] for ln in text.splitlines() if any(k in ln for k in LOGGED)]
+    keep = [
+        ln.strip()[: 2000 if "JIT compil" in ln else 400]  # a compile's binding in full
+        for ln in text.splitlines()
+        if any(k in ln for k in LOGGED)
+    ]
     return keep[:limit]
+
+
+def gpu_share(args) -> float:
+    """``gpu_memory_utilization``: the share asked for, else this process's footprint
+    (``fit.footprint_gib``) over the GPU's memory (``--gpu-mib``, from nvidia-smi: the engine
+    must not initialise CUDA before vLLM starts its engine process)."""
+    if args.gpu_share:
+        return args.gpu_share
+    need = fit.footprint_gib(args.arch, args.flavour, args.layers, args.kv_gib)
+    return round(min(0.95, need * 1024 / args.gpu_mib), 3)
 
 
 def build_llm(args, model: Path, profile_dir: str | None):
@@ -113,11 +128,15 @@ def build_llm(args, model: Path, profile_dir: str | None):
         max_num_seqs=max(BATCHES),
         kv_cache_memory_bytes=args.kv_gib << 30,
         # several engines share the GPU: each checks at start that this share is free
-        gpu_memory_utilization=args.gpu_share,
+        gpu_memory_utilization=gpu_share(args),
         seed=0,
         enable_prefix_caching=False,
         disable_log_stats=False,
         compilation_config={"cudagraph_capture_sizes": list(BATCHES)},
+        # a Triton compile while serving is logged with its constexprs, signature and key
+        # (only compiles after the warm-up: the monitor starts then), so that the record says
+        # which specialisation the warm-up missed
+        jit_monitor_verbose=True,
         **extra,
     )
 
@@ -203,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", default="1:2,4:2,8:1,16:1", help="batch:repetitions,...")
     ap.add_argument("--max-batched-tokens", type=int, default=2048)
     ap.add_argument("--kv-gib", type=int, default=2)
-    ap.add_argument("--gpu-share", type=float, default=0.14, help="gpu_memory_utilization")
+    ap.add_argument("--gpu-share", type=float, help="gpu_memory_utilization (default: fit)")
+    ap.add_argument("--gpu-mib", type=float, default=143771, help="the GPU's memory (MiB)")
     ap.add_argument("--turns", required=True, help="the wave's folder (benchmarks.served.turns)")
     ap.add_argument("--index", type=int, required=True)
     ap.add_argument("--count", type=int, required=True)

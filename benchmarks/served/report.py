@@ -219,6 +219,71 @@ def trace_rows(recs: list[dict]) -> list[list[str]]:
     return rows
 
 
+def _traced(recs: list[dict], flavour: str, batch: str, arm: str) -> list[dict]:
+    return [
+        r
+        for r in recs
+        if "error" not in r
+        and r["flavour"] == flavour
+        and arm_of(r) == arm
+        and r.get("trace", {}).get(batch, {}).get("steps")
+    ]
+
+
+def step_rows(recs: list[dict]) -> list[list[str]]:
+    """One row per traced (process, batch): the replayed graph's span on the GPU timeline and
+    the MoE kernels inside it (kernel times: the profiler lengthens the host's part of a step,
+    not the kernels), beside the same process's TPOT measured without the profiler. TPOT -
+    graph span is what each step spends outside its graph: the sampler's kernels and the GPU
+    waiting for the host (scheduling, input preparation, output). Where it grows as the graph
+    shrinks, the host, not the GPU, sets the step."""
+    rows = []
+    for r in recs:
+        for b, t in sorted(r.get("trace", {}).items(), key=lambda kv: int(kv[0])):
+            tpot = med(r.get("tpot_ms", {}).get(b, []))
+            if not t.get("steps") or tpot is None:
+                continue
+            rows.append(
+                [r["name"], r["tree"], r.get("backend") or r["moe_backend"], r["flavour"], b,
+                 f"{t['graph_us']:.0f}", f"{t['moe_us']:.0f}", f"{tpot:.3f}",
+                 f"{1e3 * tpot - t['graph_us']:.0f}"]
+            )  # fmt: skip
+    return rows
+
+
+def graph_saving_rows(recs: list[dict], batches: list[str], layer: dict) -> list[list[str]]:
+    """Per flavour, series arm and batch with traced processes on both sides: the graph's span
+    (median over the traced processes of each side), the saving on the GPU timeline against
+    the layer table's prediction, and the TPOT saving of the same processes."""
+    rows = []
+    ok = [r for r in recs if "error" not in r]
+    arms = sorted({arm_of(r) for r in ok if arm_of(r).startswith("series")})
+    for fl in sorted({r["flavour"] for r in ok}):
+        for arm in arms:
+            for b in batches:
+                base, ser = _traced(ok, fl, b, "base"), _traced(ok, fl, b, arm)
+                if not base or not ser:
+                    continue
+                gb = med([r["trace"][b]["graph_us"] for r in base])
+                gs = med([r["trace"][b]["graph_us"] for r in ser])
+                tb = med([med(r["tpot_ms"][b]) for r in base])
+                ts = med([med(r["tpot_ms"][b]) for r in ser])
+                layers = base[0]["layers"]
+                kb = layer.get((*layer_variant("base", fl), SCALE[fl], int(b)))
+                lv = layer_variant(arm, fl)
+                ks = layer.get((*lv, SCALE[fl], int(b))) if lv else None
+                pred = layers * (kb - ks) if kb is not None and ks is not None else None
+                names = (
+                    ", ".join(r["name"] for r in base) + " v " + ", ".join(r["name"] for r in ser)
+                )
+                rows.append(
+                    [fl, b, arm, names, f"{gb:.0f}", f"{gs:.0f}", f"{gb - gs:.0f}",
+                     "-" if pred is None else f"{pred:.0f}", f"{1e3 * (tb - ts):.0f}",
+                     "-" if gb - gs <= 0 else f"{100 * 1e3 * (tb - ts) / (gb - gs):.0f}%"]
+                )  # fmt: skip
+    return rows
+
+
 def build(
     paths: list[Path], layer_paths: list[Path], shape: str, waves: dict | None = None
 ) -> tuple[str, list[dict]]:
@@ -256,6 +321,22 @@ def build(
          "longest kernels, us per step"],
         tr,
     )  # fmt: skip
+    sr = step_rows(recs)
+    if sr:
+        table3 += "\n\n" + results.markdown_table(
+            ["process", "tree", "MoE backend", "flavour", "batch", "graph span us (profiled)",
+             "MoE kernels us", "TPOT ms (not profiled)", "TPOT - graph span us"],
+            sr,
+        )  # fmt: skip
+        gr = graph_saving_rows(recs, batches, layer_us(layer_rows, shape))
+        if gr:
+            table3 += "\n\n" + results.markdown_table(
+                ["flavour", "batch", "series arm", "traced processes (default v arm)",
+                 "default's graph us", "arm's graph us", "saved on the GPU timeline us",
+                 "predicted us (layers x layer saving)", "saved in TPOT us",
+                 "TPOT saving / graph saving"],
+                gr,
+            )  # fmt: skip
     slim = [{k: v for k, v in r.items() if k != "tokens"} for r in recs]
     return table1 + "\n\n" + table2 + ("\n\n" + table3 if tr else ""), slim
 

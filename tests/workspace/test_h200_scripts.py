@@ -61,3 +61,35 @@ def test_a_linked_tree_serves_the_host_scripts(tmp_path):
     ]
     (tmp_path / "vllm-whole").symlink_to(src)  # the whole checkout: vLLM's benchmarks/ shadows
     assert imported_in(tmp_path, "whole")[1] == str(src / "benchmarks" / "__init__.py")
+
+
+def test_a_served_wave_runs_in_the_parts_that_fit_the_gpu(tmp_path):
+    """served.sh asks benchmarks.served.fit how the wave fits the GPU that nvidia-smi reports
+    and starts each part as a wave of its own (served_part, stubbed here): six 24-layer engines
+    on an 80 GiB H100 run as waves 3a and 3b of three."""
+    (tmp_path / "nvidia-smi").write_text("#!/bin/sh\necho 81559\n")
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    specs = " ".join(
+        f"{t}{i}:{tree}:fp8dyn" for i in (1, 2, 3) for t, tree in (("b", "base"), ("s", "series"))
+    )
+    script = (
+        f". benchmarks/h200/served.sh; ws={ROOT}; R={tmp_path}; "
+        'served_part() { echo "part $1 limit $2: ${*:3}"; }; '
+        f"served_wave 3 270 {specs}"
+    )
+    out = subprocess.run(
+        ["bash", "-c", script],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "PATH": f"{tmp_path}:{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
+        },
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.splitlines() == [
+        "part 3a limit 270: b1:base:fp8dyn s1:series:fp8dyn b2:base:fp8dyn",
+        "part 3b limit 270: s2:series:fp8dyn b3:base:fp8dyn s3:series:fp8dyn",
+    ]
+    assert "runs in 2 parts" in out.stderr

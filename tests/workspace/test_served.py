@@ -5,11 +5,12 @@ report that lists every process and predicts the saving from the layer table."""
 import inspect
 import json
 import multiprocessing as mp
+import subprocess
 import time
 
 import pytest
 
-from benchmarks.served import engine, report, trace, turns
+from benchmarks.served import engine, fit, report, trace, turns
 
 
 def _worker(folder, index, count, rounds, log):
@@ -102,6 +103,53 @@ def test_log_lines_name_the_backend():
     lines = engine.log_lines(text)
     assert len(lines) == 2
     assert engine.BACKEND.search(lines[0]).group(1) == "FLASHINFER_CUTLASS"
+
+
+def test_a_compile_while_serving_keeps_its_binding_in_the_record():
+    """With ``jit_monitor_verbose`` vLLM's JIT monitor logs a compile after the warm-up with
+    its constexprs, signature and key; the record keeps that line whole (on the H200,
+    2026-12-05, the series compiled ``_masked_amax_scale_kernel`` while serving and the name
+    alone did not say which specialisation the warm-up missed)."""
+    detail = "constexprs={HAS_MASK: True}; signature={num_rows: i32}; key=" + "x" * 900
+    text = (
+        "WARNING [jit_monitor.py:143] Triton kernel JIT compilation during inference: "
+        f"_masked_amax_scale_kernel. {detail}\nINFO [fp8.py:1] Using TRITON Fp8 MoE backend"
+    )
+    jit, backend = engine.log_lines(text)
+    assert jit.endswith("x" * 900) and len(backend) < 400
+
+
+def test_the_engine_asks_only_for_what_the_pins_engine_args_have(
+    pin, pristine, tmp_path, monkeypatch
+):
+    """Every keyword the served engine gives ``LLM`` is a field of the pin's ``EngineArgs``
+    (read from the real source at the pin), the JIT monitor's verbose mode among them."""
+    import argparse
+    import ast
+    import sys
+    import types
+
+    given: dict = {}
+    fake = types.ModuleType("vllm")
+    fake.LLM = lambda **kw: given.update(kw)
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    args = argparse.Namespace(
+        moe_backend="triton_fp8_decode", output_len=1024, max_batched_tokens=2048, kv_gib=2,
+        gpu_share=0.14,
+    )  # fmt: skip
+    engine.build_llm(args, tmp_path, str(tmp_path))
+    src = subprocess.run(
+        ["git", "-C", str(pristine), "show", f"{pin.commit}:vllm/engine/arg_utils.py"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    cls = next(
+        n
+        for n in ast.walk(ast.parse(src))
+        if isinstance(n, ast.ClassDef) and n.name == "EngineArgs"
+    )
+    fields = {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)}
+    assert set(given) <= fields, set(given) - fields
+    assert given["jit_monitor_verbose"] is True and given["moe_backend"] == "triton_fp8_decode"
 
 
 def test_a_record_is_written_with_its_backend_before_the_trace(tmp_path):
@@ -302,3 +350,86 @@ def test_report_compares_the_arms_inside_each_wave(tmp_path):
     # a record that names its wave needs no log
     rec = json.loads(paths[0].read_text())
     assert report.wave_of({**rec, "wave_id": "7"}, waves) == "7"
+
+
+def test_report_sets_the_graphs_saving_beside_the_tpot_saving(tmp_path):
+    """A traced process's replayed graph (GPU timeline) beside its TPOT measured without the
+    profiler: where the series' graph is shorter by what the layer table predicts and TPOT
+    falls by less, the step's time outside the graph grew (the GPU waits for the host). Figures
+    of bd1 and sd1 on the H200 (2026-12-05, batch 1, dynamic scales)."""
+    toks = [[1, 2, 3]]
+    dec = {"moe_backend": "triton_fp8_decode"}
+    b = _record(tmp_path, "bd1", "base", "fp8dyn", [2.0956, 2.1717], toks)
+    s = _record(tmp_path, "sd1", "series", "fp8dyn", [1.9724, 2.0264], toks, **dec)
+    untraced = _record(tmp_path, "bd2", "base", "fp8dyn", [2.3], toks)
+    for p, graph, moe in ((b, 2008.24, 696.28), (s, 1593.74, 616.45)):
+        rec = json.loads(p.read_text())
+        step = {"steps": 46, "graph_us": graph, "moe_us": moe, "period_us": 3000.0,
+                "busy_us": 1800.0, "idle_us": 1200.0, "kernels_per_step": 380.0,
+                "launches_per_step": {}, "longest_kernels_us": {}}  # fmt: skip
+        p.write_text(json.dumps({**rec, "trace": {"1": step}}))
+    layer = tmp_path / "layer.json"
+    rows = [
+        {"shape": "qwen3-30b-a3b", "dtype": "dynamic", "m": 1, "variant": "default", "us": us}
+        for us in (36.5,)
+    ]
+    layer.write_text(json.dumps({"header": {"variant": "base"}, "rows": rows}))
+    layer2 = tmp_path / "layer2.json"
+    layer2.write_text(
+        json.dumps({"header": {"variant": "series"}, "rows": [{**rows[0], "us": 20.3}]})
+    )
+    text, _ = report.build([b, s, untraced], [layer, layer2], "qwen3-30b-a3b")
+    lines = text.splitlines()
+    # TPOT - graph span: 2133.65 - 2008.24 = 125 us (base), 1999.4 - 1593.74 = 406 us (series)
+    assert any(
+        ln.startswith("| bd1 |") and ln.endswith("| 2008 | 696 | 2.134 | 125 |") for ln in lines
+    )
+    assert any(
+        ln.startswith("| sd1 |") and ln.endswith("| 1594 | 616 | 1.999 | 406 |") for ln in lines
+    )
+    row = next(ln for ln in lines if "| bd1 v sd1 |" in ln)
+    # graph 2008 - 1594 = 414 us; predicted 24 x (36.5 - 20.3) = 389 us; TPOT 2133.65 -
+    # 1999.4 = 134 us, 32% of the graph's saving; bd2 has no trace and is left out
+    assert row == (
+        "| fp8dyn | 1 | series --moe-backend triton_fp8_decode | bd1 v sd1 | 2008 | 1594 | 414 "
+        "| 389 | 134 | 32% |"
+    )
+
+
+def test_a_wave_that_does_not_fit_runs_in_parts_that_keep_its_pairs():
+    """Six 24-layer engines (about 20 GiB each) fit on an H200 (141 GiB) together, not on an
+    H100 (80 GiB): there the wave runs in two parts of three, each with both trees; four
+    48-layer engines run in two parts of a pair each on either GPU."""
+    six = [
+        f"{t}{i}:{tree}:fp8dyn" for i in (1, 2, 3) for t, tree in (("b", "base"), ("s", "series"))
+    ]
+    assert fit.parts(six, fit.USABLE * 143771 / 1024, 2, "qwen3-30b-a3b") == [six]
+    a, b = fit.parts(six, fit.USABLE * 81559 / 1024, 2, "qwen3-30b-a3b")
+    assert (a, b) == (six[:3], six[3:])
+    deep = ["b:base:fp8dyn:trace::48", "s:series:fp8dyn:trace:x:48", "c:base:fp8static:::48",
+            "t:series:fp8static::x:48"]  # fmt: skip
+    for mib in (143771, 81559):
+        assert fit.parts(deep, fit.USABLE * mib / 1024, 2, "qwen3-30b-a3b") == [deep[:2], deep[2:]]
+    with pytest.raises(SystemExit, match="needs about 34 GiB, the GPU has 30 GiB"):
+        fit.parts(deep, 30, 2, "qwen3-30b-a3b")
+
+
+def test_fit_names_the_parts_for_served_sh(capsys):
+    specs = ["b:base:fp8dyn", "s:series:fp8dyn"]
+    fit.main(["--gpu-mib", "143771", "3", *specs])
+    assert capsys.readouterr().out.splitlines() == ["3 b:base:fp8dyn s:series:fp8dyn"]
+    fit.main(["--gpu-mib", "40000", "3", *specs])
+    out = capsys.readouterr()
+    assert out.out.splitlines() == ["3a b:base:fp8dyn", "3b s:series:fp8dyn"]
+    assert "runs in 2 parts" in out.err
+
+
+def test_the_engine_asks_for_its_footprints_share_of_the_gpu():
+    import argparse
+
+    args = argparse.Namespace(
+        gpu_share=None, gpu_mib=81559, arch="qwen3-30b-a3b", flavour="fp8dyn", layers=48, kv_gib=2
+    )
+    need = fit.footprint_gib("qwen3-30b-a3b", "fp8dyn", 48, 2)
+    assert 30 < need < 40 and engine.gpu_share(args) == round(need * 1024 / 81559, 3)
+    assert engine.gpu_share(argparse.Namespace(gpu_share=0.2)) == 0.2
