@@ -21,7 +21,7 @@
 #          trees alternating base, series (ROUNDS, default 1)
 #   epcost benchmarks/ep_nan.py --time-only on base, base+0002, base+0005, series (EP_TREES)
 #   served benchmarks/served: waves of engine processes (served.sh), every process a record;
-#          WAVES names the waves to run (default "1 2 3 4 5"; 6: the full 48 layers); the
+#          WAVES names the waves to run (default "1 2 3 4 5"; 6 and 7: 48 layers); the
 #          series' processes ask for its decode backend (--moe-backend triton_fp8_decode)
 #          but sa* (its auto)
 #   kbench 0003's layer benchmark in vLLM's benchmarks/kernels/ (the command its PR shows)
@@ -195,11 +195,11 @@ PY
           # 0001's TRITON with 0004's configs, against FLASHINFER_CUTLASS)
           5) served_wave 5 270 bd5:base:fp8dyn sd5:series:fp8dyn::$D bs5:base:fp8static \
             ss5:series:fp8static::$D sa2:series:fp8static sa3:series:fp8static ;;
-          # the model's full depth (48 layers): a decode step twice as long on the GPU, longer
-          # than the host's part of it (at 24 layers and batch 1 the series' step waits for
-          # the host); in two parts of a pair each where the four do not fit together
-          6) served_wave 6 330 Lbd1:base:fp8dyn:trace::48 Lsd1:series:fp8dyn:trace:$D:48 \
-            Lbs1:base:fp8static:::48 Lss1:series:fp8static::$D:48 ;;
+          # the model's full depth (48 layers, about 34 GiB an engine): a decode step twice as
+          # long on the GPU, longer than the host's part of it (at 24 layers and batch 1 the
+          # series' step waits for the host); a pair per wave, one call each
+          6) served_wave 6 330 Lbd1:base:fp8dyn:trace::48 Lsd1:series:fp8dyn:trace:$D:48 ;;
+          7) served_wave 7 330 Lbs1:base:fp8static:trace::48 Lss1:series:fp8static:trace:$D:48 ;;
         esac
       done
       run_ws series 60 python3 -P -m benchmarks.served.report "$R"/served/*.json \
