@@ -51,11 +51,23 @@ def spec_layers(spec: str) -> int:
     return int(fields[5]) if len(fields) > 5 and fields[5] else DEFAULT_LAYERS
 
 
+def spec_need(spec: str, kv_gib: float, arch: str) -> float:
+    """The footprint of one spec; a spec that names no flavour, a flavour or depth the model
+    does not have, or a depth that is not a number stops with what is wrong."""
+    fields = spec.split(":")
+    try:
+        if len(fields) < 3 or not all(fields[:3]):
+            raise ValueError("expected name:tree:flavour[:trace[:backend[:layers]]]")
+        return footprint_gib(arch, fields[2], spec_layers(spec), kv_gib)
+    except ValueError as exc:
+        raise SystemExit(f"fit: spec {spec!r}: {exc}") from None
+
+
 def parts(specs: list[str], gpu_gib: float, kv_gib: float, arch: str) -> list[list[str]]:
     """The specs in order, in the fewest parts of equal length (the last may be shorter) of
     which each fits: a wave ordered in pairs (base, series, base, series) keeps its pairs
     together when it halves."""
-    need = [footprint_gib(arch, s.split(":")[2], spec_layers(s), kv_gib) for s in specs]
+    need = [spec_need(s, kv_gib, arch) for s in specs]
     for spec, n in zip(specs, need, strict=True):
         if n > gpu_gib:
             raise SystemExit(
@@ -81,9 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     gpu_gib = USABLE * a.gpu_mib / 1024
     cut = parts(a.specs, gpu_gib, a.kv_gib, a.arch)
     if len(cut) > 1:
-        need = sum(
-            footprint_gib(a.arch, s.split(":")[2], spec_layers(s), a.kv_gib) for s in a.specs
-        )
+        need = sum(spec_need(s, a.kv_gib, a.arch) for s in a.specs)
         print(
             f"fit: wave {a.wave} needs about {need:.0f} GiB together, {gpu_gib:.0f} GiB of the "
             f"GPU's are usable: it runs in {len(cut)} parts",

@@ -8,6 +8,7 @@ import multiprocessing as mp
 import subprocess
 import time
 
+import hypothesis
 import pytest
 
 from benchmarks.served import engine, fit, report, trace, turns
@@ -433,3 +434,19 @@ def test_the_engine_asks_for_its_footprints_share_of_the_gpu():
     need = fit.footprint_gib("qwen3-30b-a3b", "fp8dyn", 48, 2)
     assert 30 < need < 40 and engine.gpu_share(args) == round(need * 1024 / 81559, 3)
     assert engine.gpu_share(argparse.Namespace(gpu_share=0.2)) == 0.2
+
+
+@hypothesis.given(
+    hypothesis.strategies.lists(
+        hypothesis.strategies.text(alphabet="abdfsx8:4 ", max_size=24), min_size=1, max_size=4
+    )
+)
+def test_a_bad_spec_stops_fit_with_what_is_wrong(specs):
+    """Whatever the specs, fit either cuts them into parts that hold each spec once, in order,
+    or stops with a message that starts with "fit:" (no traceback in moved.sh's log)."""
+    try:
+        cut = fit.parts(specs, 129.0, 2, "qwen3-30b-a3b")
+    except SystemExit as exc:
+        assert str(exc).startswith("fit: ")
+    else:
+        assert [s for part in cut for s in part] == specs
