@@ -15,15 +15,18 @@
 served_env=(VLLM_USE_DEEP_GEMM=0 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_CACHE_ROOT=/root/vcache
   PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false)
 served_wave() {
-  local wave=$1 limit=$2 name specs
+  local wave=$1 limit=$2 name specs line
   shift 2
   gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
   (cd "$ws" && PYTHONPATH="$ws" python3 -P -m benchmarks.served.fit --gpu-mib "$gpu_mib" \
     "$wave" "$@") >"$R/fit-$wave.txt" || { echo "!!! wave $wave not started"; return 1; }
-  while read -r name specs; do
+  local -a cut
+  mapfile -t cut <"$R/fit-$wave.txt" # read first: the engines must not inherit the file
+  for line in "${cut[@]}"; do
+    read -r name specs <<<"$line"
     # shellcheck disable=SC2086  # the part's specs, one word each
     served_part "$name" "$limit" $specs || return 1
-  done <"$R/fit-$wave.txt"
+  done
 }
 served_part() {
   local wave=$1 limit=$2 t
