@@ -91,7 +91,10 @@ MSG = (
 
 def test_one_branch_per_patch_alone_trailer_stripped_series_untouched(tiny):
     p1 = add(tiny, edit_line("a.py", 5, "five"), MSG.format("five", "five"))
-    add(tiny, write("b.py", "x = 2\n"), MSG.format("b two", "two"))
+    marked = MSG.replace(
+        "Upstream-Status", "H200 results: (benchmarks/results/)\n\nUpstream-Status"
+    )
+    add(tiny, write("b.py", "x = 2\n"), marked.format("b two", "two"))
     apply.apply()
     vdir, pinned = tiny / "vllm", pinmod.load().commit
     head, tip = git(vdir, "rev-parse", "HEAD"), git(vdir, "rev-parse", "series")
@@ -102,6 +105,7 @@ def test_one_branch_per_patch_alone_trailer_stripped_series_untouched(tiny):
         msg = git(vdir, "log", "-1", "--format=%B", pr.branch)
         assert msg.startswith("[Perf][Kernel] ")  # tags kept (am -k)
         assert "Upstream-Status" not in msg and "Signed-off-by" not in msg  # the submitter signs
+        assert "benchmarks/results" not in msg  # the workspace's results marker stays here
     assert vgit.patch_id(vdir, git(vdir, "show", done[0].branch) + "\n") == vgit.patch_id(
         vdir, p1.read_text()
     )  # the same change

@@ -60,6 +60,15 @@ def strip_status(text: str) -> str:
     return re.sub(r"\n\n\n+", "\n\n", STATUS_LINE.sub("", head)) + tail
 
 
+def without_markers(text: str) -> str:
+    """The patch email without the workspace's results marker line (``... results:
+    (benchmarks/results/)``: where the rendered body puts figures), which would otherwise land
+    in the PR branch's commit message as a path of this workspace."""
+    cut = re.search(r"^---$", text, re.M)
+    head, tail = (text[: cut.start()], text[cut.start() :]) if cut else (text, "")
+    return re.sub(r"\n\n\n+", "\n\n", PENDING.sub("", head)) + tail
+
+
 def unsigned(text: str) -> str:
     """The patch email without its ``Signed-off-by:`` lines: they certify the patch to this
     workspace; the upstream commit is signed by the person who submits it (``--sign``)."""

@@ -2,7 +2,8 @@
 
 ``pr/<slug>`` in vllm/ (slug: from the subject, see PR.slug) = the upstream base (the pin, or
 ``--base <ref>``) + that ONE patch, applied with ``git am -3 -k``, its Upstream-Status line
-(a workspace header) and its Signed-off-by lines stripped: the patch file's sign-off certifies
+(a workspace header), its results marker line (a workspace path) and its Signed-off-by lines
+stripped: the patch file's sign-off certifies
 the change to this workspace, and the person who submits it upstream signs the commit as its
 author (``--sign``: ``git commit --amend --reset-author -s`` with vllm/'s git identity). A
 patch that does not apply alone is reported, with the earlier patches it needs when it
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from vseries import am, git, patchfile, series
 from vseries.errors import SeriesError
-from vseries.prs.body import strip_status, unsigned
+from vseries.prs.body import strip_status, unsigned, without_markers
 from vseries.prs.checks import Checks
 
 
@@ -117,7 +118,8 @@ def make_branch(
     Records a problem on pr (hidden dependency, or no fit at all) otherwise."""
     _reset(wt, base)
     stripped = tmp / entries[i].name
-    stripped.write_text(unsigned(strip_status(entries[i].path.read_text(errors="replace"))))
+    text = entries[i].path.read_text(errors="replace")
+    stripped.write_text(without_markers(unsigned(strip_status(text))))
     ok, why = _am(wt, stripped)
     if ok:
         if sign:
