@@ -146,7 +146,19 @@ def main(args) -> int:
     if args.fast:
         left = [t for t in TIERS if t not in tiers]
         print(f"  --fast: tests marked slow deselected; not run: {', '.join(left) or '-'}"[:width])
+    print(verdict(results))
     return 1 if any(ok is False for ok, _ in results.values()) else 0
+
+
+def verdict(results: dict) -> str:
+    """The run's last line: which tiers failed, or that every tier that ran passed and which
+    could not run on this host (the exit status says the same)."""
+    failed = [t for t, (ok, _) in results.items() if ok is False]
+    if failed:
+        return f"FAILED: {', '.join(failed)} (exit status 1; the tier's output above says why)"
+    absent = [t for t, (ok, _) in results.items() if ok is None]
+    note = f"; not run on this host: {', '.join(absent)}" if absent else ""
+    return f"PASSED: every tier that ran{note} (exit status 0)"
 
 
 def add_parser(sub) -> None:

@@ -99,8 +99,8 @@ def _installed_vllm() -> str:
 needs_harness_release = pytest.mark.skipif(
     not _installed_vllm().startswith(logparse.LOG_FORMATS[1:]),
     reason=f"the e2e harness drives vLLM {logparse.LOG_FORMATS} (logparse.LOG_FORMATS); the "
-    f"installed vLLM is {_installed_vllm() or 'absent'}: the harness's port to the main line "
-    "is open work (issue 30)",
+    f"installed vLLM is {_installed_vllm() or 'absent'}: the harness serves the kept line; its "
+    "port to the main line is open work (docs/ROADMAP.md)",
 )
 
 

@@ -27,3 +27,17 @@ def test_line_with_the_workspace_tier_is_refused(extra, capsys):
     err = capsys.readouterr().err
     assert "the workspace tier tests the tool, not a line" in err, err
     assert "\n  next: scripts/test.sh --fast" in err, err
+
+
+def test_the_run_ends_with_one_verdict_line():
+    """A newcomer's trial found no overall verdict: only the exit status said the run passed,
+    with one tier "not run" beside two "passed". The last line says it."""
+    ran = {"workspace": (True, 1.0), "contract": (True, 2.0), "upstream": (None, 0.1)}
+    assert testrun.verdict(ran) == (
+        "PASSED: every tier that ran; not run on this host: upstream (exit status 0)"
+    )
+    assert (
+        testrun.verdict({"workspace": (True, 1.0)}) == "PASSED: every tier that ran (exit status 0)"
+    )
+    failed = {**ran, "contract": (False, 2.0)}
+    assert testrun.verdict(failed).startswith("FAILED: contract (exit status 1;")
