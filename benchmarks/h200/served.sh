@@ -48,7 +48,7 @@ served_part() {
     (cd "$ws" && env "${served_env[@]}" PYTHONPATH="$path" timeout "$limit" python3 -P -m \
       benchmarks.served.engine --name "$name" --tree "$tree" --flavour "$flavour" \
       --turns "$dir" --index "$i" --count "$n" ${trace:+--trace} --moe-backend "${backend:-auto}" \
-      --layers "${layers:-24}" --gpu-mib "$gpu_mib" \
+      ${layers:+--layers "$layers"} --gpu-mib "$gpu_mib" \
       --wait-s $((limit - 60)) --log "$R/served/$name.log" --out "$R/served/$name.json" \
       >"$R/served/$name.log" 2>&1) &
     pids+=($!)

@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tree", default="tree", help="base, series, wheel, ...")
     ap.add_argument("--arch", default="qwen3-30b-a3b", help="a record of benchmarks/shapes.py")
     ap.add_argument("--flavour", default="fp8dyn", help="fp8dyn or fp8static")
-    ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--layers", type=int, default=fit.DEFAULT_LAYERS)
     ap.add_argument("--moe-backend", default="auto", help="auto (the oracle) or a backend")
     ap.add_argument("--output-len", type=int, default=1024)
     ap.add_argument("--reps", default="1:2,4:2,8:1,16:1", help="batch:repetitions,...")

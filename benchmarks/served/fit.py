@@ -22,7 +22,7 @@ from benchmarks.e2e import models
 
 OVERHEAD_GIB = 3.0
 USABLE = 0.92  # of the GPU's memory: the other processes' contexts, fragmentation
-DEFAULT_LAYERS = 24
+DEFAULT_LAYERS = 24  # a spec's depth, and the engine's, when none is given
 
 
 def weights_gib(cfg: dict) -> float:

@@ -118,6 +118,15 @@ def layer_us(layer_rows: list[dict], shape: str) -> dict:
     return out
 
 
+def predicted_us(layer: dict, layers: int, flavour: str, arm: str, batch: str) -> float | None:
+    """layers x (the base's layer time - the arm's) at M = batch, from the layer table's rows
+    of the variants each side's experts run (None: a side has no row)."""
+    kb = layer.get((*layer_variant("base", flavour), SCALE[flavour], int(batch)))
+    lv = layer_variant(arm, flavour)
+    ks = layer.get((*lv, SCALE[flavour], int(batch))) if lv else None
+    return layers * (kb - ks) if kb is not None and ks is not None else None
+
+
 WAVE_LINE = re.compile(r"^=== wave (\S+): \d+ engines, [^:]*: (.*)$")
 
 
@@ -164,10 +173,8 @@ def summary(
                     continue
                 mb, ms = med(base), med(ser)
                 layers = next(r["layers"] for r in ok if r["flavour"] == fl)
-                kb = layer.get((*layer_variant("base", fl), SCALE[fl], int(b)))
-                lv = layer_variant(arm, fl)
-                ks = layer.get((*lv, SCALE[fl], int(b))) if lv else None
-                pred = layers * (kb - ks) / 1e3 if kb is not None and ks is not None else None
+                pred_us = predicted_us(layer, layers, fl, arm, b)
+                pred = None if pred_us is None else pred_us / 1e3
                 saved = mb - ms
                 wins = sum(m < min(base) for m in ser)
                 rows.append(
@@ -268,11 +275,7 @@ def graph_saving_rows(recs: list[dict], batches: list[str], layer: dict) -> list
                 gs = med([r["trace"][b]["graph_us"] for r in ser])
                 tb = med([med(r["tpot_ms"][b]) for r in base])
                 ts = med([med(r["tpot_ms"][b]) for r in ser])
-                layers = base[0]["layers"]
-                kb = layer.get((*layer_variant("base", fl), SCALE[fl], int(b)))
-                lv = layer_variant(arm, fl)
-                ks = layer.get((*lv, SCALE[fl], int(b))) if lv else None
-                pred = layers * (kb - ks) if kb is not None and ks is not None else None
+                pred = predicted_us(layer, base[0]["layers"], fl, arm, b)
                 names = (
                     ", ".join(r["name"] for r in base) + " v " + ", ".join(r["name"] for r in ser)
                 )
@@ -294,6 +297,7 @@ def build(
         data = json.loads(p.read_text())
         tree = data["header"].get("variant", "?")
         layer_rows += [{**r, "tree": tree} for r in data["rows"]]
+    layer = layer_us(layer_rows, shape)
     table1 = results.markdown_table(
         ["process", "tree", "MoE backend", "start-up s"]
         + [f"TPOT ms, batch {b}: median (range)" for b in batches]
@@ -305,7 +309,7 @@ def build(
          "its TPOT ms", "default / it", "saved ms", "predicted ms (layers x layer saving)",
          "saved / predicted", "its processes faster than every default one",
          "default / it inside each wave (processes of each)"],
-        summary(recs, batches, layer_us(layer_rows, shape), waves),
+        summary(recs, batches, layer, waves),
     )  # fmt: skip
     br = backend_rows(recs, batches)
     if br:
@@ -328,7 +332,7 @@ def build(
              "MoE kernels us", "TPOT ms (not profiled)", "TPOT - graph span us"],
             sr,
         )  # fmt: skip
-        gr = graph_saving_rows(recs, batches, layer_us(layer_rows, shape))
+        gr = graph_saving_rows(recs, batches, layer)
         if gr:
             table3 += "\n\n" + results.markdown_table(
                 ["flavour", "batch", "series arm", "traced processes (default v arm)",

@@ -52,29 +52,31 @@ NEW = ("Overview", "Claims", "Validation", "Details")
 CHECKLIST = re.compile(r"^---\s*\n.*?</details>", re.M | re.S)
 
 
+def _drop_lines(text: str, lines: re.Pattern) -> str:
+    """The patch email with the message lines ``lines`` matches removed (the diff untouched)
+    and the blank lines they leave folded."""
+    cut = re.search(r"^---$", text, re.M)
+    head, tail = (text[: cut.start()], text[cut.start() :]) if cut else (text, "")
+    return re.sub(r"\n\n\n+", "\n\n", lines.sub("", head)) + tail
+
+
 def strip_status(text: str) -> str:
     """The patch email without its ``Upstream-Status:`` line (a workspace header, not part of
     the upstream commit); the diff and the other trailers are untouched."""
-    cut = re.search(r"^---$", text, re.M)
-    head, tail = (text[: cut.start()], text[cut.start() :]) if cut else (text, "")
-    return re.sub(r"\n\n\n+", "\n\n", STATUS_LINE.sub("", head)) + tail
+    return _drop_lines(text, STATUS_LINE)
 
 
 def without_markers(text: str) -> str:
     """The patch email without the workspace's results marker line (``... results:
     (benchmarks/results/)``: where the rendered body puts figures), which would otherwise land
     in the PR branch's commit message as a path of this workspace."""
-    cut = re.search(r"^---$", text, re.M)
-    head, tail = (text[: cut.start()], text[cut.start() :]) if cut else (text, "")
-    return re.sub(r"\n\n\n+", "\n\n", PENDING.sub("", head)) + tail
+    return _drop_lines(text, PENDING)
 
 
 def unsigned(text: str) -> str:
     """The patch email without its ``Signed-off-by:`` lines: they certify the patch to this
     workspace; the upstream commit is signed by the person who submits it (``--sign``)."""
-    cut = re.search(r"^---$", text, re.M)
-    head, tail = (text[: cut.start()], text[cut.start() :]) if cut else (text, "")
-    return re.sub(r"\n\n\n+", "\n\n", SIGNOFF_LINE.sub("", head)) + tail
+    return _drop_lines(text, SIGNOFF_LINE)
 
 
 def _count_by_test(ids: list[str]) -> str:
