@@ -119,6 +119,44 @@ def inf_empty() -> Iterator[None]:
         torch.empty, torch.empty_like = empty, empty_like
 
 
+def rtne_downcasts() -> None:
+    """Triton's interpreter rounding float32 down to bf16, fp16 and FP8 e4m3 as the GPU does:
+    to nearest even (``cvt.rn``; FP8 saturated at 448, ``satfinite``). Triton 3.8's interpreter
+    (``_convert_float``) rounds ties away from zero and drops the carry when rounding overflows
+    the mantissa, so a value whose mantissa is all ones comes out about half its size wherever
+    the exponent's lowest bit is set: triton-lang/triton#8322 (open; fixes proposed in open PRs
+    #9808 and #11897). A kernel that rounds inside Triton (an FP8 quantisation, a bf16 store)
+    then strays several percent from a float32 reference on the interpreter alone. The other
+    conversions keep the interpreter's own code."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    convert = interpreter._convert_float
+    if getattr(convert, "rtne_downcasts", False):
+        return
+    targets = {tl.bfloat16: torch.bfloat16, tl.float16: torch.float16, tl.float8e4nv: FP8}
+
+    def fixed(input, input_dtype, output_dtype, rounding_mode):
+        target = targets.get(output_dtype)
+        if not (
+            input_dtype == tl.float32
+            and target is not None
+            and rounding_mode == interpreter._ir.ROUNDING_MODE.RTNE
+        ):
+            return convert(input, input_dtype, output_dtype, rounding_mode)
+        t = torch.from_numpy(np.ascontiguousarray(input, dtype=np.float32))
+        if target == FP8:
+            t = torch.where(t.isnan(), t, t.clamp(-FP8_MAX, FP8_MAX))
+        bits = torch.uint8 if target == FP8 else torch.int16
+        return (
+            t.to(target).view(bits).numpy().view(f"uint{8 * target.itemsize}").reshape(input.shape)
+        )
+
+    fixed.rtne_downcasts = True
+    interpreter._convert_float = fixed
+
+
 def _use_h200() -> None:
     """vLLM's current_platform as an SM90 H200 in every vLLM module imported so far."""
     import vllm.platforms
