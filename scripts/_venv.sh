@@ -53,18 +53,33 @@ if [ -z "${VIRTUAL_ENV:-}" ]; then
   fi
   # shellcheck disable=SC1091
   . "$venv/bin/activate"
+  # a venv copied or moved with its workspace still activates the one it was made in: its
+  # python and editable vseries would then act on that other workspace
+  if [ ! "$VIRTUAL_ENV" -ef "$venv" ]; then
+    echo "error: $venv belongs to $VIRTUAL_ENV (copied or moved here with the workspace?);" \
+      "its python and vseries are not this workspace's, so nothing was run" >&2
+    echo "  next: rm -rf $venv && scripts/setup.sh   # a venv of this workspace's own" >&2
+    exit 2
+  fi
 fi
+# the verbs act on the workspace of the script that runs them, whichever venv is active
+export VSERIES_ROOT=$PWD
 stamp="$VIRTUAL_ENV/.vseries-requirements"
 # shellcheck source=scripts/_venv_wanted.sh
 . scripts/_venv_wanted.sh
 if ! wanted | cmp -s - "$stamp" 2>/dev/null; then
   options_ok python "$@" || exit
   echo "setup: installing the workspace requirements into $VIRTUAL_ENV"
-  python -m pip install -q --upgrade pip
-  python -m pip install -q -r requirements/workspace.txt
   # strict: link only the packages (vseries, benchmarks), not the root (whose vllm/ would
   # shadow vLLM)
-  python -m pip install -q --no-build-isolation --no-deps -e . \
-    --config-settings editable_mode=strict
+  if ! { python -m pip install -q --upgrade pip &&
+    python -m pip install -q -r requirements/workspace.txt &&
+    python -m pip install -q --no-build-isolation --no-deps -e . \
+      --config-settings editable_mode=strict; }; then
+    echo "error: installing the workspace requirements into $VIRTUAL_ENV failed (pip says" \
+      "why above); nothing else was run, and the next run installs them again" >&2
+    echo "  next: PIP_INDEX_URL=<a reachable package index> $0   # pip needs PyPI or a mirror" >&2
+    exit 1
+  fi
   wanted > "$stamp"
 fi

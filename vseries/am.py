@@ -112,6 +112,20 @@ def foreign_commits(vdir: Path, base: str, tip: str, want: list[str]) -> list[st
     return out
 
 
+def onto_branch(vdir: Path) -> str:
+    """The command that puts a detached vllm/ on the branch ``series`` and drops no commit:
+    ``checkout -B`` only when HEAD holds the whole branch (right after ``git am --continue``);
+    else the branch as it is, HEAD's own commits first kept under a branch of their own."""
+    if not git.ok(vdir, "rev-parse", "-q", "--verify", f"refs/heads/{BRANCH}"):
+        return f"git -C vllm checkout -b {BRANCH}"
+    if git.ok(vdir, "merge-base", "--is-ancestor", BRANCH, "HEAD"):
+        return f"git -C vllm checkout -B {BRANCH}"
+    if git.ok(vdir, "merge-base", "--is-ancestor", "HEAD", BRANCH):
+        return f"git -C vllm checkout {BRANCH}"
+    head = git.rev(vdir, "HEAD")[:12]
+    return f"git -C vllm branch detached-{head} && git -C vllm checkout {BRANCH}"
+
+
 def tips(vdir: Path) -> list[str]:
     """The commits a reset of vdir would move away from: HEAD and the branch ``series``."""
     return sorted({git.rev(vdir, "HEAD"), git.rev(vdir, BRANCH)} - {None, ""})

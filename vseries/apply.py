@@ -10,11 +10,21 @@ that are not in the series, are refused unless --force, which first keeps them u
 """
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from vseries import git, materialise, patchfile, series
 from vseries import pin as pinmod
-from vseries.am import AM_ENV, BRANCH, am, elsewhere, explain, reset_would_lose, wanted_ids
+from vseries.am import (
+    AM_ENV,
+    BRANCH,
+    am,
+    elsewhere,
+    explain,
+    onto_branch,
+    reset_would_lose,
+    wanted_ids,
+)
 from vseries.am import tips as am_tips
 from vseries.errors import SeriesError
 from vseries.workspace import Workspace
@@ -53,9 +63,12 @@ def holds_series(vdir: Path, pinned: str, want: list[str], entries: list[series.
     )
 
 
-def refuse(at_risk: list[str], dirty: list[str], edited: list[str]) -> None:
+def refuse(
+    at_risk: list[str], dirty: list[str], edited: list[str], onto: str | None = None
+) -> None:
     """Raise the SeriesError of work that applying the series would drop, with the command
-    that keeps it (refresh, commit) or drops it after a backup (--force)."""
+    that keeps it (refresh, commit) or drops it after a backup (--force); ``onto``: the
+    command that first puts a detached HEAD back on the branch (refresh exports a branch)."""
     if edited and not dirty:
         hint = (
             "scripts/apply.sh --force   # apply the edited patch files (vllm/'s commits are "
@@ -67,7 +80,8 @@ def refuse(at_risk: list[str], dirty: list[str], edited: list[str]) -> None:
             "git -C vllm add -A && git -C vllm commit -s && scripts/refresh.sh   # keep "
             "it (untracked files too) as a patch; "
             if dirty
-            else "scripts/refresh.sh   # export your commits into patches/ first; "
+            else f"{onto + ' && ' if onto else ''}scripts/refresh.sh   # export your commits "
+            "into patches/ first; "
         ) + "or scripts/apply.sh --force   # keeps a backup ref, then resets"
     raise SeriesError(
         "vllm/ holds work that applying the series would drop:\n"
@@ -108,6 +122,64 @@ def keep_backups(vdir: Path, tips: list[str], dirty: list[str]) -> tuple[str | N
     return stash, backups
 
 
+class _LeftOpen(SeriesError):
+    """A patch stopped with --keep-conflict: the am session stays open, nothing rolls back."""
+
+
+def _apply_entries(
+    vdir: Path,
+    pin: pinmod.Pin,
+    entries: list[series.Entry],
+    keep_conflict: bool,
+    force: bool,
+    roll_back: Callable[[], str],
+) -> list[str]:
+    """``git am`` each patch on a detached HEAD at the pin. A patch that does not apply:
+    roll_back() (or, with keep_conflict, the am session left open) and SeriesError."""
+    git.run(vdir, "checkout", "-q", "--detach", pin.commit)
+    applied = []
+    for e in entries:
+        out = am(vdir, e.path)
+        wrong, renamed = ("", False) if git.in_progress(vdir) else elsewhere(vdir, e.path)
+        if renamed:  # a file renamed in the pin's history: followed, and said
+            print(f"apply: {e.name}:\n{wrong}, renamed in the pin; scripts/refresh.sh updates it")
+            wrong = ""
+        if not git.in_progress(vdir) and not wrong:
+            applied.append(git.rev(vdir, "HEAD"))
+            continue
+        why = wrong or explain(vdir, e.path, out)
+        if keep_conflict and not wrong:
+            # One am session for this patch and the ones after it, so that am --continue
+            # applies the rest of the series too.
+            git.run(vdir, "am", "--abort", check=False)
+            rest = [x.path for x in entries[entries.index(e) :]]
+            am(vdir, rest)
+            raise _LeftOpen(
+                f"patch {e.name} does not apply; the am session is left open in vllm/ with it "
+                f"and the {len(rest) - 1} patches after it:\n{why}",
+                "fix the conflicts in vllm/ (where nothing of the patch applied: git -C vllm am "
+                "--show-current-patch=diff | git -C vllm apply --reject, then fix the .rej "
+                "hunks and delete the .rej files), git -C vllm add -A (new files of the patch "
+                "are untracked until then), git -C vllm am --continue (applies the rest), "
+                "then git -C vllm checkout -B series && scripts/refresh.sh "
+                f"(or git -C vllm am --abort, then scripts/apply.sh{' --force' if force else ''})",
+            )
+        back = roll_back()
+        if wrong:
+            raise SeriesError(
+                f"patch {e.name} names files that vllm/ never had; {back}:\n{why}",
+                f"fix the diff --git, ---, +++ paths in patches/{e.name} (or git checkout -- "
+                f"patches/{e.name}), then scripts/apply.sh",
+            )
+        raise SeriesError(
+            f"patch {e.name} does not apply on {pin.tag} + the patches before it; {back}:\n{why}",
+            "scripts/apply.sh --keep-conflict"
+            + (" --force" if force else "")
+            + "   # stop at the conflict and fix it by hand",
+        )
+    return applied
+
+
 def apply(
     force: bool = False, keep_conflict: bool = False, ws: Workspace | None = None
 ) -> list[str]:
@@ -142,38 +214,15 @@ def apply(
     at_risk = [f"uncommitted: {d}" for d in dirty[:10]]
     at_risk += [f"commit not in the series: {c}" for c in reset_would_lose(vdir, pinned, want)]
     if at_risk and not force:
-        refuse(at_risk, dirty, _edited_patches(vdir, pinned, tips, want, entries))
+        edited = _edited_patches(vdir, pinned, tips, want, entries)
+        refuse(at_risk, dirty, edited, None if branch else onto_branch(vdir))
     stash, backups = keep_backups(vdir, tips, dirty) if at_risk else (None, [])
 
     orig = branch or head
-    git.run(vdir, "checkout", "-q", "--detach", pinned)
-    applied = []
-    for e in entries:
-        out = am(vdir, e.path)
-        wrong, renamed = ("", False) if git.in_progress(vdir) else elsewhere(vdir, e.path)
-        if renamed:  # a file renamed in the pin's history: followed, and said
-            print(f"apply: {e.name}:\n{wrong}, renamed in the pin; scripts/refresh.sh updates it")
-            wrong = ""
-        if not git.in_progress(vdir) and not wrong:
-            applied.append(git.rev(vdir, "HEAD"))
-            continue
-        why = wrong or explain(vdir, e.path, out)
-        if keep_conflict and not wrong:
-            # One am session for this patch and the ones after it, so that am --continue
-            # applies the rest of the series too.
-            git.run(vdir, "am", "--abort", check=False)
-            rest = [x.path for x in entries[entries.index(e) :]]
-            am(vdir, rest)
-            raise SeriesError(
-                f"patch {e.name} does not apply; the am session is left open in vllm/ with it "
-                f"and the {len(rest) - 1} patches after it:\n{why}",
-                "fix the conflicts in vllm/ (where nothing of the patch applied: git -C vllm am "
-                "--show-current-patch=diff | git -C vllm apply --reject, then fix the .rej "
-                "hunks and delete the .rej files), git -C vllm add -A (new files of the patch "
-                "are untracked until then), git -C vllm am --continue (applies the rest), "
-                "then git -C vllm checkout -B series && scripts/refresh.sh "
-                f"(or git -C vllm am --abort, then scripts/apply.sh{' --force' if force else ''})",
-            )
+    rolled_back = []
+
+    def roll_back() -> str:
+        """vllm/ back to the HEAD and uncommitted work it had; says so."""
         git.run(vdir, "am", "--abort", check=False)
         git.run(vdir, "checkout", "-q", "-f", orig)
         restored = not stash or git.ok(vdir, "stash", "pop", "-q")
@@ -181,19 +230,34 @@ def apply(
             for ref in backups:
                 git.run(vdir, "update-ref", "-d", ref, check=False)
             print(f"apply: vllm/ restored, so the backup refs are dropped ({', '.join(backups)})")
-        back = f"vllm/ is back as it was ({orig[:12] if orig == head else orig})"
-        if wrong:
+        rolled_back.append(orig)
+        return f"vllm/ is back as it was ({orig[:12] if orig == head else orig})"
+
+    try:
+        applied = _apply_entries(vdir, pin, entries, keep_conflict, force, roll_back)
+    except _LeftOpen:
+        raise
+    except BaseException as stop:  # Ctrl-C, or a git command that died half-way
+        if rolled_back:
+            raise
+        again = "scripts/apply.sh" + (" --force" if force else "")
+        try:
+            back = roll_back()
+        except (KeyboardInterrupt, SeriesError) as e:
+            if isinstance(stop, SeriesError):
+                raise stop from None  # one cause stops both (a stale lock): its fix first
             raise SeriesError(
-                f"patch {e.name} names files that vllm/ never had; {back}:\n{why}",
-                f"fix the diff --git, ---, +++ paths in patches/{e.name} (or git checkout -- "
-                f"patches/{e.name}), then scripts/apply.sh",
-            )
-        raise SeriesError(
-            f"patch {e.name} does not apply on {pin.tag} + the patches before it; {back}:\n{why}",
-            "scripts/apply.sh --keep-conflict"
-            + (" --force" if force else "")
-            + "   # stop at the conflict and fix it by hand",
-        )
+                "apply interrupted, and putting vllm/ back failed too: "
+                + (e.what if isinstance(e, SeriesError) else "interrupted again"),
+                f"git -C vllm am --abort; git -C vllm checkout -f {orig}"
+                + ("; git -C vllm stash pop" if stash else "")
+                + f"; then {again}",
+            ) from None
+        if isinstance(stop, KeyboardInterrupt):
+            raise SeriesError(f"apply interrupted; {back}", again) from None
+        if isinstance(stop, SeriesError):
+            raise SeriesError(f"apply stopped: {stop.what}\n{back}", stop.fix or again) from None
+        raise  # a bug: its traceback, with vllm/ put back
     git.run(vdir, "checkout", "-q", "-B", BRANCH)
     print(f"apply: {len(applied)} patches applied on {pin.tag} ({pinned[:12]}), branch {BRANCH}:")
     for c in applied:
@@ -204,6 +268,7 @@ def apply(
 def main(args) -> int:
     ws = Workspace.current()
     ws = ws.kept(args.line, "scripts/apply.sh") if args.line else ws
+    git.require_no_rebase_run(ws.rebase_state)
     with ws.hints():
         apply(force=args.force, keep_conflict=args.keep_conflict, ws=ws)
     return 0

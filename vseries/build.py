@@ -96,6 +96,7 @@ def build(reinstall: bool = False, ws: Workspace | None = None, show: bool = Tru
     ws = ws or Workspace.current()
     pin = pinmod.load(ws.pin_file)
     vdir = materialise.ensure(quiet=True, ws=ws)
+    git.require_checkout(vdir)
     entries = series.load(ws)
     hits = compiled_paths(entries)
     if hits:
@@ -186,6 +187,7 @@ def main(args) -> int:
         ws = Workspace.current()
         summary(pinmod.load(ws.pin_file), ws.vllm)
     else:
+        git.require_no_rebase_run(Workspace.current().rebase_state)
         build(reinstall=args.reinstall, show=not args.no_summary)
     return 0
 

@@ -20,7 +20,12 @@ VERBS = (materialise, apply, refresh, build, contract, testrun, rebase, prs, whe
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse's parser whose error names the command as typed and points to its --help."""
+    """argparse's parser whose error names the command as typed and points to its --help, and
+    that takes no abbreviated option (``--line`` must not pass for ``--line-requirements``)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         self.print_usage(sys.stderr)

@@ -6,6 +6,7 @@ worktree helpers make and remove the extra checkouts the verbs need.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -67,7 +68,15 @@ class GitError(SeriesError):
     def __init__(self, args: list[str], output: str, cwd: Path):
         self.args_ = args
         self.output = output
-        super().__init__(f"git {' '.join(args)} failed in {cwd}:\n{output.strip()}")
+        # a git that was killed (Ctrl-C, a crash) leaves its lock behind; every later git
+        # command that writes then fails on it
+        lock = re.search(r"Unable to create '([^']+\.lock)': File exists", output)
+        fix = (
+            f"rm -f {lock.group(1)}   # when no other git command runs in {cwd.name}/"
+            if lock
+            else None
+        )
+        super().__init__(f"git {' '.join(args)} failed in {cwd}:\n{output.strip()}", fix)
 
 
 @dataclass
@@ -194,18 +203,45 @@ def require_clean(repo: Path, problem: str, hint: str) -> None:
         )
 
 
+# the marker an unfinished operation leaves in the git dir, what it is, the git verb that
+# continues or aborts it (git am's marker is inside rebase-apply, so it comes first)
+_BUSY = (
+    ("rebase-apply/applying", "git am", "am"),
+    ("rebase-apply", "git rebase", "rebase"),
+    ("rebase-merge", "git rebase", "rebase"),
+    ("MERGE_HEAD", "git merge", "merge"),
+    ("CHERRY_PICK_HEAD", "git cherry-pick", "cherry-pick"),
+)
+
+
+def _busy(repo: Path) -> tuple[str, str] | None:
+    gitdir = Path(run(repo, "rev-parse", "--absolute-git-dir"))
+    return next(((what, verb) for name, what, verb in _BUSY if (gitdir / name).exists()), None)
+
+
 def in_progress(repo: Path) -> str | None:
     """Name an unfinished am / rebase / merge / cherry-pick in repo, else None."""
-    gitdir = Path(run(repo, "rev-parse", "--absolute-git-dir"))
-    for name, what in (
-        ("rebase-apply", "git am or rebase"),
-        ("rebase-merge", "git rebase"),
-        ("MERGE_HEAD", "git merge"),
-        ("CHERRY_PICK_HEAD", "git cherry-pick"),
-    ):
-        if (gitdir / name).exists():
-            return what
-    return None
+    busy = _busy(repo)
+    return busy[0] if busy else None
+
+
+def require_no_rebase_run(state_file: Path) -> None:
+    """The precondition of a verb a user runs on vllm/ (apply, refresh, build), besides
+    ``require_checkout``: no ``scripts/rebase.sh`` run is stopped. Its state file
+    (Workspace.rebase_state) says one is: that run owns vllm/, upstream.toml and patches/
+    until its own --continue or --abort (a bare ``git am --abort`` would leave the pin and the
+    series half-moved). Rebase itself calls those verbs' functions while its state exists, so
+    the check is their command's, not their function's.
+
+    Raises:
+        SeriesError: a rebase.sh run is stopped.
+    """
+    if state_file.exists():
+        raise SeriesError(
+            "a scripts/rebase.sh run is stopped; it owns vllm/ until it is finished",
+            "scripts/rebase.sh --continue   # after fixing its conflicts; or "
+            "scripts/rebase.sh --abort (puts vllm/, upstream.toml and patches/ back)",
+        )
 
 
 def require_checkout(repo: Path, idle: bool = True) -> None:
@@ -213,17 +249,22 @@ def require_checkout(repo: Path, idle: bool = True) -> None:
 
     Raises:
         SeriesError: ``repo`` is not a git checkout (not materialised yet), or, when ``idle``,
-            an am / rebase / merge / cherry-pick is unfinished in it.
+            an am, rebase, merge or cherry-pick is unfinished in it.
     """
     if not is_repo(repo):
         raise SeriesError(f"{repo} is not materialised", "scripts/setup.sh")
-    busy = in_progress(repo) if idle else None
-    if busy:
-        raise SeriesError(
-            f"{repo} is in the middle of a {busy}; finish it first",
-            f"git -C {repo.name} am --continue   # after fixing (then scripts/refresh.sh); "
-            f"or git -C {repo.name} am --abort",
-        )
+    if not idle:
+        return
+    busy = _busy(repo)
+    if busy is None:
+        return
+    what, verb = busy
+    git_c = f"git -C {repo.name}"
+    then = " (then scripts/refresh.sh)" if verb == "am" else ""
+    raise SeriesError(
+        f"{repo} is in the middle of a {what}; finish it first",
+        f"{git_c} {verb} --continue   # after fixing{then}; or {git_c} {verb} --abort",
+    )
 
 
 def patch_id(repo: Path, diff_text: str) -> str | None:

@@ -45,8 +45,8 @@ def ensure(route: str = "auto", quiet: bool = False, ws: Workspace | None = None
         if git.rev(vdir, pin.commit) is None:
             raise SeriesError(
                 f"{vdir} is a checkout, but the pinned commit {pin.commit[:12]} is not in it",
-                f"git -C vllm fetch --depth 1 origin {pin.commit}   # or move vllm/ away and "
-                "run scripts/setup.sh",
+                f"mv {vdir} {vdir}.old && scripts/setup.sh   # a new vllm/ from the source "
+                f"release; or git -C vllm fetch --depth 1 origin {pin.commit} (needs GitHub)",
             )
         if git.rev(vdir, f"refs/replace/{pin.commit}"):  # set up before gc was turned off
             _gc_off(vdir)
@@ -64,6 +64,9 @@ def ensure(route: str = "auto", quiet: bool = False, ws: Workspace | None = None
         if release.submodule_by_git(ws.root, pin):
             print(f"materialise: vllm/ from git at {pin.commit[:12]}")
             return vdir
+        # vllm/ was empty: whatever a failed or timed-out git route wrote goes
+        shutil.rmtree(vdir, ignore_errors=True)
+        vdir.mkdir(exist_ok=True)
         if route == "git":
             raise SeriesError(
                 "the git route failed and --source git was asked for",

@@ -13,6 +13,7 @@ from vseries.workspace import Workspace
 # The line move() writes above a synthetic commit id: how that id was obtained.
 NOTE = "# rebase-note: "
 
+_TAG = re.compile(r"^v\d+\.\d+\.\d+\S*$")
 _SHA1 = re.compile(r"^[0-9a-f]{40}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -63,31 +64,55 @@ def load(path: Path | None = None) -> Pin:
             commit id or sha256.
     """
     path = path or Workspace.current().pin_file
+    restore = f"git diff -- {path}   # what changed; git checkout -- {path} restores the pin"
+
+    def bad(what: str) -> SeriesError:
+        return SeriesError(f"pin file {path} {what}", restore)
+
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise SeriesError(f"pin file {path} is missing", "git checkout -- upstream.toml") from None
     except tomllib.TOMLDecodeError as e:
-        raise SeriesError(f"pin file {path} is not valid TOML: {e}") from None
+        raise bad(f"is not valid TOML: {e}") from None
     try:
         up, src, whl = data["upstream"], data["source"], data["wheel"]
-        pin = Pin(
+        fields = dict(
             repo=up["repo"],
             package=up["package"],
             tag=up["tag"],
             commit=up["commit"],
-            source=Artefact(src["filename"], src["sha256"]),
-            wheel=Artefact(whl["filename"], whl["sha256"]),
+            source=src["filename"],
+            source_sha256=src["sha256"],
+            wheel=whl["filename"],
+            wheel_sha256=whl["sha256"],
             torch=whl["torch"],
             triton=whl["triton"],
         )
     except KeyError as e:
-        raise SeriesError(f"pin file {path} lacks the key {e}") from None
+        raise bad(f"lacks the key {e}") from None
+    except TypeError:  # e.g. `upstream = 1`: a value where a table belongs
+        raise bad("has a value where a table ([upstream], [source], [wheel]) belongs") from None
+    for name, value in fields.items():
+        if not isinstance(value, str):
+            raise bad(f"has {name} = {value!r}; it must be a string")
+    pin = Pin(
+        repo=fields["repo"],
+        package=fields["package"],
+        tag=fields["tag"],
+        commit=fields["commit"],
+        source=Artefact(fields["source"], fields["source_sha256"]),
+        wheel=Artefact(fields["wheel"], fields["wheel_sha256"]),
+        torch=fields["torch"],
+        triton=fields["triton"],
+    )
+    if not _TAG.match(pin.tag):
+        raise bad(f"has tag {pin.tag!r}, not a release tag like v0.34.0")
     if not _SHA1.match(pin.commit):
-        raise SeriesError(f"pin file {path}: commit {pin.commit!r} is not a 40-hex commit id")
+        raise bad(f"has commit {pin.commit!r}, not a 40-hex commit id")
     for art in (pin.source, pin.wheel):
         if not _SHA256.match(art.sha256):
-            raise SeriesError(f"pin file {path}: sha256 of {art.filename} is malformed")
+            raise bad(f"has a malformed sha256 for {art.filename}")
     return pin
 
 

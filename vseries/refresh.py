@@ -32,6 +32,30 @@ def export(vdir: Path, base: str, tip: str, out: Path) -> list[Path]:
     return [Path(n) for n in names.splitlines() if n]
 
 
+# what a hand-resolved conflict leaves behind (git apply --reject, patch, merge tools)
+LEFTOVERS = (".rej", ".orig")
+
+
+def _refuse_conflict_leftovers(vdir: Path, base: str) -> None:
+    """Refuse commits on ``base..HEAD`` that add a conflict's leftover file (``*.rej``,
+    ``*.orig``): exported, it would go into a patch and upstream with it."""
+    added = git.run(vdir, "diff", "--name-only", "--diff-filter=A", base, "HEAD").splitlines()
+    left = [f for f in added if f.endswith(LEFTOVERS)]
+    if not left:
+        return
+    first = git.run(
+        vdir, "log", "-1", "--format=%h", "--diff-filter=A", f"{base}..HEAD", "--", left[0]
+    )
+    files = " ".join(left)
+    raise SeriesError(
+        "vllm/'s commits add files a resolved conflict leaves behind, which refresh would "
+        "export into the patches:\n" + "\n".join(f"  {f}" for f in left),
+        f"git -C vllm rm -q {files} && git -C vllm commit -q --fixup={first} && "
+        f"GIT_SEQUENCE_EDITOR=true git -C vllm rebase -q -i --autosquash {base[:12]} && "
+        "scripts/refresh.sh   # folds their removal into the commit that added them",
+    )
+
+
 def refresh(prune: bool = False, ws: Workspace | None = None) -> dict[str, list[str]]:
     """Rewrite patches/ and patches/series from vllm/'s commits on top of the pin.
 
@@ -47,7 +71,8 @@ def refresh(prune: bool = False, ws: Workspace | None = None) -> dict[str, list[
 
     Raises:
         SeriesError: vllm/ is missing, mid-am, dirty, on a detached HEAD, or its HEAD does not
-            descend from the pin; a patch would be removed without ``prune``.
+            descend from the pin; a commit adds a conflict's leftover (*.rej, *.orig); a patch
+            would be removed without ``prune``.
     """
     ws = ws or Workspace.current()
     pin = pinmod.load(ws.pin_file)
@@ -64,15 +89,15 @@ def refresh(prune: bool = False, ws: Workspace | None = None) -> dict[str, list[
         # e.g. right after `git am --continue` on apply's detached HEAD: exporting from there
         # would drop every patch that is not (yet) on it
         raise SeriesError(
-            "vllm/ HEAD is detached; refresh exports the branch you work on",
-            "git -C vllm checkout -B series   # when HEAD holds the whole series; "
-            "then scripts/refresh.sh",
+            f"vllm/ HEAD is detached; refresh exports the branch {am.BRANCH}",
+            f"{am.onto_branch(vdir)} && scripts/refresh.sh",
         )
     if not git.ok(vdir, "merge-base", "--is-ancestor", pin.commit, "HEAD"):
         raise SeriesError(
             f"vllm/ HEAD does not descend from the pin {pin.tag}",
             "scripts/apply.sh   # or scripts/rebase.sh for a new upstream",
         )
+    _refuse_conflict_leftovers(vdir, pin.commit)
     fresh = not ws.series_file.exists()
     kept = sorted(p.name for p in ws.patches.glob("*.patch"))
     if fresh and kept:  # a lost series: a new one would lose its order's options
@@ -165,6 +190,7 @@ def _would_drop(ws: Workspace, gone: list[series.Entry]) -> SeriesError:
 def main(args) -> int:
     ws = Workspace.current()
     ws = ws.kept(args.line, "scripts/refresh.sh") if args.line else ws
+    git.require_no_rebase_run(ws.rebase_state)
     with ws.hints():
         refresh(prune=args.prune, ws=ws)
     return 0

@@ -147,16 +147,22 @@ def main(args) -> int:
         left = [t for t in TIERS if t not in tiers]
         print(f"  --fast: tests marked slow deselected; not run: {', '.join(left) or '-'}"[:width])
     print(verdict(results))
-    return 1 if any(ok is False for ok, _ in results.values()) else 0
+    return 0 if verdict(results).startswith("PASSED") else 1
 
 
 def verdict(results: dict) -> str:
-    """The run's last line: which tiers failed, or that every tier that ran passed and which
-    could not run on this host (the exit status says the same)."""
+    """The run's last line: which tiers failed, that none could run on this host (nothing was
+    tested: exit status 1 too), or that every tier that ran passed and which could not run on
+    this host (the exit status says the same)."""
     failed = [t for t, (ok, _) in results.items() if ok is False]
     if failed:
         return f"FAILED: {', '.join(failed)} (exit status 1; the tier's output above says why)"
     absent = [t for t, (ok, _) in results.items() if ok is None]
+    if len(absent) == len(results):
+        return (
+            f"NOT RUN: no tier asked for could run on this host ({', '.join(absent)}); nothing "
+            "was tested (exit status 1)"
+        )
     note = f"; not run on this host: {', '.join(absent)}" if absent else ""
     return f"PASSED: every tier that ran{note} (exit status 0)"
 

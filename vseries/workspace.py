@@ -44,11 +44,20 @@ class Workspace:
     def current(cls) -> "Workspace":
         """The workspace the command runs in: ``VSERIES_ROOT`` when set, else HOME; the kept
         line ``VSERIES_LINE`` of it when that is set (the verbs' ``--line <tag>``, where they
-        have one, gives ``kept``)."""
-        return cls(
-            Path(os.environ.get("VSERIES_ROOT", HOME)).resolve(),
-            os.environ.get("VSERIES_LINE") or None,
-        )
+        have one, gives ``kept``).
+
+        Raises:
+            SeriesError: ``VSERIES_LINE`` names no kept line.
+        """
+        ws = cls(Path(os.environ.get("VSERIES_ROOT", HOME)).resolve())
+        line = os.environ.get("VSERIES_LINE")
+        if line and line not in [w.line for w in ws.lines()]:
+            raise SeriesError(
+                f"VSERIES_LINE={line[:80]!r} names no kept line (lines/ holds "
+                f"{[w.line for w in ws.lines()] or 'none'})",
+                "unset VSERIES_LINE   # the main line; or set it to one of those",
+            )
+        return cls(ws.root, line or None)
 
     @property
     def main(self) -> "Workspace":
@@ -95,6 +104,12 @@ class Workspace:
         if self.line:
             return self.root / ".vseries" / "lines" / self.line / "state"
         return self.root / ".vseries"
+
+    @property
+    def rebase_state(self) -> Path:
+        """The state file of a ``scripts/rebase.sh`` run that has not finished
+        (vseries.rebase.state.Store)."""
+        return self.state / "rebase" / "state.json"
 
     @property
     def site(self) -> Path:

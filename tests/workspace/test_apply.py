@@ -293,3 +293,35 @@ def test_apply_and_rebase_share_the_work_at_risk_check(tiny):
     assert f"{head[:12]} (not on the pin {pin.commit[:12]})" in am.reset_would_lose(
         vdir, pin.commit, []
     )
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_interrupted_apply_puts_vllm_back(tiny, monkeypatch, force):
+    """Ctrl-C while a patch is being applied: the am is aborted and vllm/ is back on its HEAD
+    with its uncommitted work (--force: popped from the stash), not half-applied."""
+    vdir = tiny / "vllm"
+    p1 = make_patch(vdir, tiny / "patches", lambda r: (r / "b.py").write_text("x = 3\n"), "[P] b")
+    p2 = make_patch(vdir, tiny / "patches", lambda r: (r / "a.py").write_text("a = 1\n"), "[P] a")
+    (tiny / "patches" / "series").write_text(f"{p1.name}\n{p2.name}\n")
+    if force:
+        (vdir / "b.py").write_text("x = 9  # mine\n")
+    before = state(vdir)
+    calls = []
+
+    def am_then_interrupt(*args, **kwargs):
+        calls.append(args)
+        out = apply_am(*args, **kwargs)
+        if len(calls) == 2:  # the second patch is in: the user presses Ctrl-C
+            raise KeyboardInterrupt
+        return out
+
+    apply_am = apply.am
+    monkeypatch.setattr(apply, "am", am_then_interrupt)
+    with pytest.raises(SeriesError, match="apply interrupted; vllm/ is back as it was") as e:
+        apply.apply(force=force)
+    assert str(e.value).endswith("next: scripts/apply.sh" + (" --force" if force else ""))
+    assert state(vdir) == before
+    assert not (vdir / ".git" / "rebase-apply").exists()
+    monkeypatch.setattr(apply, "am", apply_am)
+    if not force:
+        assert len(apply.apply()) == 2

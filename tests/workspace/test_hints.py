@@ -1,11 +1,14 @@
 """The next: lines lead somewhere: each scenario runs the printed commands as a user would
 (conftest.follow_hints) until the verb succeeds, and checks that nothing was lost on the way."""
 
+from pathlib import Path
+
 import pytest
 from conftest import follow_hints, git, make_patch
 
 from vseries import apply, patchfile, refresh, series
 from vseries import git as vgit
+from vseries.errors import SeriesError
 
 
 @pytest.fixture
@@ -110,3 +113,97 @@ def test_series_typo_offers_only_a_near_name():
     assert series.near_miss("0002-foo.patch", ["0003-bar.patch"]) is None
     assert series.near_miss("0002-foo.patch", []) is None
     assert series.near_miss("0002-foo-bar.patch", ["0002-foo.patch"]) == "0002-foo.patch"
+
+
+@pytest.mark.parametrize("where", ["pin", "elsewhere"])
+def test_detached_head_hint_keeps_the_commit_on_series(one, where):
+    """An unexported commit on `series`, then HEAD detached (at the pin, or on a commit of its
+    own): apply and refresh send the user back to `series` and export the commit; neither
+    offers `checkout -B series`, which would move the branch off it."""
+    vdir = one / "vllm"
+    (vdir / "a.py").write_text("wip = 1\n")
+    git(vdir, "-c", "user.name=u", "-c", "user.email=u@u", "commit", "-qam", "[P] wip")
+    git(vdir, "checkout", "-q", "--detach", "HEAD~2")
+    if where == "elsewhere":
+        (vdir / "c.py").write_text("c = 1\n")
+        git(vdir, "add", "c.py")
+        git(vdir, "-c", "user.name=u", "-c", "user.email=u@u", "commit", "-qm", "[P] aside")
+    aside = git(vdir, "rev-parse", "HEAD")
+    ran = follow_hints(one, apply.apply)
+    assert not any("checkout -B" in r for r in ran), ran
+    assert "[P] wip" in [patchfile.subject(e.path) for e in series.load()]
+    if where == "elsewhere":  # HEAD's own commit kept under a branch of its own
+        assert git(vdir, "rev-parse", f"detached-{aside[:12]}") == aside
+
+
+@pytest.mark.parametrize("op", ["cherry-pick", "merge"])
+def test_busy_vllm_hint_names_the_operation_in_progress(one, op):
+    """A conflicted cherry-pick or merge in vllm/: apply and refresh name it and its own
+    --continue / --abort (git am --abort would fail there); after that abort apply runs."""
+    vdir = one / "vllm"
+    git(vdir, "checkout", "-q", "-b", "other", "HEAD~1")
+    (vdir / "b.py").write_text("x = 5\n")
+    git(vdir, "-c", "user.name=u", "-c", "user.email=u@u", "commit", "-qam", "other b")
+    git(vdir, "checkout", "-q", "series")
+    r = vgit.call(vdir, "-c", "user.name=u", "-c", "user.email=u@u", op, "other")
+    assert r.code != 0  # a conflict on b.py
+    for verb in (apply.apply, refresh.refresh):
+        with pytest.raises(SeriesError, match=f"middle of a git {op}") as e:
+            verb()
+        assert f"git -C vllm {op} --continue" in e.value.fix
+        assert f"git -C vllm {op} --abort" in e.value.fix and " am " not in e.value.fix
+    git(vdir, op, "--abort")
+    apply.apply()
+
+
+def test_stopped_rebase_script_owns_vllm(one, capsys):
+    """While a scripts/rebase.sh run is stopped (its state file), apply, refresh and build
+    send the user to its --continue / --abort, which also put upstream.toml and patches/
+    back; a bare git am --abort would not."""
+    from vseries import cli
+    from vseries.workspace import Workspace
+
+    state = Workspace.current().rebase_state
+    state.parent.mkdir(parents=True)
+    state.write_text("{}")
+    for verb in ("apply", "refresh", "build"):
+        assert cli.main([verb]) == 2
+        err = capsys.readouterr().err
+        assert "scripts/rebase.sh run is stopped" in err, err
+        assert "next: scripts/rebase.sh --continue" in err and "rebase.sh --abort" in err
+
+
+def test_unknown_kept_line_in_the_environment_is_named(one, monkeypatch):
+    """VSERIES_LINE set to a line that does not exist: said as such, not as a missing pin."""
+    from vseries.workspace import Workspace
+
+    monkeypatch.setenv("VSERIES_LINE", "v9.9.9")
+    with pytest.raises(SeriesError, match="VSERIES_LINE='v9.9.9' names no kept line") as e:
+        Workspace.current()
+    assert e.value.fix.startswith("unset VSERIES_LINE")
+
+
+def test_conflict_leftovers_are_not_exported(one):
+    """A .rej file committed by mistake after a hand-resolved conflict: refresh refuses to
+    export it into a patch, and its hint folds the removal into the commit that added it."""
+    vdir = one / "vllm"
+    (vdir / "a.py").write_text("a = 2\n")
+    (vdir / "a.py.rej").write_text("@@ -1 +1 @@\n-a\n+a = 2\n")
+    git(vdir, "add", "-A")
+    git(vdir, "-c", "user.name=u", "-c", "user.email=u@u", "commit", "-qm", "[P] a")
+    ran = follow_hints(one, refresh.refresh)
+    assert len(ran) == 1 and "--fixup=" in ran[0]
+    texts = [e.path.read_text() for e in series.load()]
+    assert len(texts) == 2 and not any(".rej" in t for t in texts)
+    assert "+a = 2" in texts[1]
+
+
+def test_a_stale_git_lock_gets_its_removal_as_the_next_step(one):
+    """A git killed mid-command leaves index.lock; apply then fails in git, and the next:
+    line removes the lock, after which apply runs."""
+    vdir = one / "vllm"
+    git(vdir, "checkout", "-q", "--detach", "HEAD~1")
+    lock = Path(git(vdir, "rev-parse", "--absolute-git-dir")) / "index.lock"
+    lock.write_text("")
+    ran = follow_hints(one, apply.apply)
+    assert ran == [f"rm -f {lock}   # when no other git command runs in vllm/"]

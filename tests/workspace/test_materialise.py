@@ -112,3 +112,25 @@ def test_auto_gc_never_fails_on_the_stand_in_commit(tmp_path):
     assert r.returncode == 0 and "bad object" not in r.stderr, r.stderr
     assert not (repo / ".git" / "gc.log").exists()
     assert git(repo, "rev-parse", "HEAD") == "1" * 40  # still the stand-in
+
+
+def test_what_a_timed_out_git_route_left_goes_before_the_source_release(superproject, monkeypatch):
+    """A git route killed half-way (its timeout) leaves files in vllm/; the fallback to the
+    source release starts from an empty folder instead of refusing a folder it never had."""
+    monkeypatch.delenv("VSERIES_OFFLINE")
+
+    def half_checkout(top, pin):
+        (top / "vllm" / "setup.py").write_text("half\n")
+        return False  # "git gave no answer"
+
+    seen = []
+
+    def fetch_source_release(package, artefact):  # what vllm/ holds when the fallback starts
+        seen.append(list((superproject / "vllm").iterdir()))
+        raise SeriesError("stop here")
+
+    monkeypatch.setattr(release, "submodule_by_git", half_checkout)
+    monkeypatch.setattr(materialise.fetch, "fetch", fetch_source_release)
+    with pytest.raises(SeriesError, match="stop here"):
+        materialise.ensure()
+    assert seen == [[]]

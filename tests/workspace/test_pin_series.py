@@ -25,17 +25,23 @@ def test_real_pin_is_one_release(pin):
         ('commit = "9da56fd"', "not a 40-hex commit id"),
         ('sha256 = "xyz"', "malformed"),
         ("[upstream", "not valid TOML"),
+        ("commit = 123", "commit = 123; it must be a string"),
+        ('sha256 = ["x"]', "must be a string"),
+        ('tag = "v0.34"', "not a release tag"),
+        ("torch = true", "torch = True; it must be a string"),
     ],
 )
 def test_malformed_pin_is_refused(tmp_path, bad, msg):
+    """A malformed value is named, never a traceback, and the next: line restores the file."""
     text = (ROOT / "upstream.toml").read_text()
     key = bad.split(" =")[0] if "=" in bad else None
     lines = [bad if key and line.startswith(key + " =") else line for line in text.splitlines()]
     if not key:
         lines.append(bad)
     (tmp_path / "upstream.toml").write_text("\n".join(lines) + "\n")
-    with pytest.raises(SeriesError, match=msg):
+    with pytest.raises(SeriesError, match=re.escape(msg)) as e:
         pinmod.load(tmp_path / "upstream.toml")
+    assert e.value.fix and "git checkout -- " in e.value.fix
 
 
 def test_pin_dump_round_trips_and_keeps_comments(tmp_path, pin):

@@ -495,6 +495,9 @@ def test_record_marks_the_patch_submitted_in_vllm_and_patches(tiny):
     assert f"gh pr edit {URL}" in (tiny / "out/prs/0001/commands.sh").read_text()
     with pytest.raises(SeriesError, match="no patch numbered 0009"):
         prs.record("9", URL)
+    for bad in (URL.replace("40001", "abc"), "https://github.com/vllm-project/vllm/issues/7"):
+        with pytest.raises(SeriesError, match="is not a PR URL"):
+            prs.record("1", bad)  # refused before anything is rewritten
 
 
 def test_record_refuses_when_vllm_is_not_on_the_series(tiny):

@@ -587,6 +587,12 @@ def test_bad_input_is_refused_and_changes_nothing(two, index):
     before = snapshot(two)
     with pytest.raises(SeriesError, match="no source release vllm-0.98.0"):
         cli("v0.98.0")
+    older = f"v0.1.0 is older than the pin {pinmod.load().tag}"
+    with pytest.raises(SeriesError, match=rf"{re.escape(older)}(?s:.*)next: ls lines/"):
+        cli("v0.1.0")  # an older release: a kept line's job, not a rebase's
+    with pytest.raises(SeriesError, match="not a full 40-hex commit id") as e:
+        cli("v0.99.0", "--commit", "abc")
+    assert e.value.fix.startswith("scripts/rebase.sh v0.99.0 --commit <")
     with pytest.raises(SeriesError, match="not a release tag"):
         publish(index, "0.99.0", {"a.py": A})
         cli("0123abcd")

@@ -166,3 +166,24 @@ print(sorted({{m.split(".")[0] for m in sys.modules}} - sys.stdlib_module_names 
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout == "['vseries']\n", r.stdout
+
+
+def test_a_venv_copied_from_another_workspace_is_refused(fresh, tmp_path):
+    """A workspace copied with its .venv: that venv's activate points at the workspace it was
+    made in, whose vseries would then act on the other workspace's vllm/. The scripts stop
+    before running anything and say how to make this workspace's own venv."""
+    copy = tmp_path / "copy"
+    shutil.copytree(fresh, copy)
+    venv = copy / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    (venv / "bin" / "activate").write_text(
+        f'VIRTUAL_ENV="{fresh / ".venv"}"\nexport VIRTUAL_ENV\n'
+        f'PATH="{Path(sys.executable).parent}:$PATH"\n'
+    )
+    before = files(copy)
+    r = run_fresh(copy, "apply.sh")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"belongs to {fresh / '.venv'}" in r.stderr, r.stderr
+    assert "next: rm -rf .venv && scripts/setup.sh" in r.stderr
+    assert files(copy) == before

@@ -1,7 +1,6 @@
 """``prs --record NNNN URL``: mark a patch as submitted upstream, in vllm/ and in patches/;
 ``prs --data-for NNNN URL``: mark it as data for an open upstream PR (comment.py)."""
 
-import re
 from pathlib import Path
 
 from vseries import am, git, patchfile, refresh, series
@@ -25,12 +24,12 @@ def record(number: str, url: str, ws: Workspace | None = None, *, data_for: bool
     refresh would bring it back. Trees do not change, so the working tree is not touched.
 
     Returns the patch file. Raises:
-        SeriesError: bad number or URL (data_for: not a pull request's); the patch is
+        SeriesError: bad number, or a URL that is no pull request's; the patch is
             Accepted already; vllm/ is not on the series branch holding exactly the series
             (then: scripts/apply.sh).
     """
     flag = "--data-for" if data_for else "--record"
-    if not re.fullmatch(r"https?://\S+", url) or (data_for and not PR_URL.match(url)):
+    if not PR_URL.match(url):  # a pull request's, so that gh can edit it (commands.sh)
         raise SeriesError(
             f"{url!r} is not a PR URL",
             f"scripts/prs.sh {flag} 0001 https://github.com/vllm-project/vllm/pull/N",

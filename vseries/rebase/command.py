@@ -34,7 +34,11 @@ def main(args) -> int:
     if not args.target:
         raise SeriesError("name the release to rebase onto", "scripts/rebase.sh v0.22.0")
     if args.commit and not SHA1.match(args.commit):
-        raise SeriesError(f"--commit {args.commit!r} is not a full 40-hex commit id")
+        raise SeriesError(
+            f"--commit {args.commit!r} is not a full 40-hex commit id",
+            f"scripts/rebase.sh {args.target} --commit <the 40-hex id of {args.target}>   # "
+            "the full id of the short one in the release's vllm/_version.py; or leave it out",
+        )
     contracts = not args.no_contracts
     if args.check:
         return check.check(ws, args.target, args.commit, args.source, contracts, args.report)

@@ -32,6 +32,18 @@ from vseries.rebase.state import (
 from vseries.workspace import Workspace
 
 
+def _older(target: str, pinned: str) -> bool:
+    """True when release tag ``target`` is an older version than ``pinned`` (tags that are
+    no version compare as not older: the tag lookup says what is wrong with them)."""
+    # imported here: the command line (--help) needs only the standard library
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(target.lstrip("v")) < Version(pinned.lstrip("v"))
+    except InvalidVersion:
+        return False
+
+
 def preflight(ws: Workspace, pin: pinmod.Pin, entries: list[series.Entry]) -> None:
     """What a real rebase needs of vllm/: a checkout, idle, clean, and no commits outside
     the series (the rebase replays patches/, so they would be lost).
@@ -82,6 +94,14 @@ def start(
     pin = pinmod.load(ws.pin_file)
     entries = series.load(ws)
     vdir = ws.vllm
+    if not check and _older(target, pin.tag):
+        raise SeriesError(
+            f"{target} is older than the pin {pin.tag}: a rebase moves the series to a newer "
+            "release; a series for an older release is a kept line (lines/<tag>/, "
+            "CONTRIBUTING.md)",
+            "ls lines/   # the kept lines (scripts/setup.sh --line <tag> makes one's tree); "
+            f"or scripts/rebase.sh <a release newer than {pin.tag}>",
+        )
     if not check:
         preflight(ws, pin, entries)
     else:
@@ -90,7 +110,9 @@ def start(
         if check:  # the weekly CI check when no newer release is out: nothing to report
             print(f"rebase --check: the series is already on {target}; nothing to check")
             return 0
-        raise SeriesError(f"the series is already on {target}")
+        raise SeriesError(
+            f"the series is already on {target}", "scripts/apply.sh   # vllm/ at the pin + series"
+        )
     shutil.rmtree(store.backup, ignore_errors=True)  # a leftover of a start that failed early
     store.backup.mkdir(parents=True)
     shutil.copy2(ws.pin_file, store.backup / "upstream.toml")

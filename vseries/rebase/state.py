@@ -151,8 +151,8 @@ class Store:
     """Where a workspace keeps its rebase state; counts the wall time spent."""
 
     def __init__(self, ws: Workspace):
-        self.dir = ws.state / "rebase"
-        self.file = self.dir / "state.json"
+        self.file = ws.rebase_state
+        self.dir = self.file.parent
         self.backup = self.dir / "backup"
         self._t0 = time.monotonic()
 
