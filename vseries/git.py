@@ -300,11 +300,16 @@ def commit_patch_ids(repo: Path, base: str, tip: str) -> list[tuple[str, str]]:
 # ---- extra checkouts of a repository ---------------------------------------------------------
 
 
+def _common_dir(repo: Path) -> Path:
+    return Path(run(repo, "rev-parse", "--path-format=absolute", "--git-common-dir")).resolve()
+
+
 def add_worktree(repo: Path, dest: Path, commit: str) -> Path:
     """A detached worktree of ``repo`` at ``commit`` in ``dest``: made on first use, moved
     back to ``commit`` (discarding changes in it: it is ours) when it has moved or is dirty,
-    remade when ``dest`` is no worktree. Returns dest."""
-    if not is_repo(dest):
+    remade when ``dest`` is no worktree of ``repo`` (none, or one of another repository: a
+    workspace copied with its scratch keeps the original's worktree links). Returns dest."""
+    if not is_repo(dest) or _common_dir(dest) != _common_dir(repo):
         shutil.rmtree(dest, ignore_errors=True)
         run(repo, "worktree", "prune")
         run(repo, "worktree", "add", "-q", "--detach", str(dest), commit)

@@ -1,7 +1,14 @@
 """The contract runner: a contract must fail on the base and pass patched; one that passes on
-the base tests nothing and is reported as an error."""
+the base tests nothing and is reported as an error. The base is a worktree of this workspace's
+own vllm/ (never one a copied workspace inherited)."""
+
+import shutil
+from pathlib import Path
+
+from conftest import git
 
 from vseries import contract, series
+from vseries import git as vgit
 
 TEST = """import pytest, mod
 pytestmark = pytest.mark.contract
@@ -156,3 +163,24 @@ def test_an_unexpected_outcome_in_the_shared_run_is_run_again_alone(tmp_path, mo
     assert verdicts(capsys.readouterr().out) == {"0001-a.patch": "ok", "0002-b.patch": "ok"}
     assert "one run with" in rows[0][1].line and "one run with" not in rows[1][1].line
     assert rows[1][1].line.startswith("1 passed"), rows[1][1].line
+
+
+def test_a_worktree_of_another_repository_is_remade(tmp_path):
+    """A workspace copied with its scratch (.vseries/base) keeps the original's worktree link:
+    the copy's base worktree is remade from the copy's own vllm/, and the original's stays."""
+    original, copy = tmp_path / "original", tmp_path / "copy"
+    original.mkdir()
+    git(original, "init", "-q")
+    (original / "a.py").write_text("a = 1\n")
+    git(original, "add", "a.py")
+    git(original, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "r")
+    commit = git(original, "rev-parse", "HEAD")
+    vgit.add_worktree(original, tmp_path / "base", commit)
+    git(tmp_path, "clone", "-q", str(original), str(copy))
+    dest = tmp_path / "copied-base"
+    shutil.copytree(tmp_path / "base", dest)  # its .git still names the original's git dir
+    assert vgit.rev(dest, "HEAD") == commit
+    vgit.add_worktree(copy, dest, commit)
+    common = git(dest, "rev-parse", "--path-format=absolute", "--git-common-dir")
+    assert Path(common).resolve() == (copy / ".git").resolve()
+    assert vgit.is_repo(tmp_path / "base")  # the original's own worktree is untouched
