@@ -207,7 +207,7 @@ def apply(
     branch, head = git.head_branch(vdir), git.rev(vdir, "HEAD")
     if branch == BRANCH and not dirty and holds_series(vdir, pinned, want, entries):
         held = f"{len(want)} patches on {pin.tag}"
-        print(f"apply: vllm/ already holds the series ({held}); nothing changed")
+        print(f"apply: {ws.rel(vdir)}/ already holds the series ({held}); nothing changed")
         return git.run(vdir, "rev-list", "--reverse", f"{pinned}..HEAD").split()
 
     tips = am_tips(vdir)

@@ -12,6 +12,8 @@ patch only, never on the base or on plain upstream, where they could not fail.
 """
 
 import os
+import re
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -211,7 +213,7 @@ def report_upstreamed(rows) -> bool:
         verdict = "ok (still upstream)"
         if res.code != 0:
             verdict, good = "FAILS ON THE PIN: upstream regressed or reverted it", False
-        print(f"{r.name[:58]:58} {res.outcome:10} {'-':10} {verdict}")
+        print(f"{('retired ' + r.name)[:58]:58} {res.outcome:10} {'-':10} {verdict}")
         print(f"    upstreamed at {r.left_at}{', taken in ' + r.taken_in if r.taken_in else ''}")
         print(f"    pin:     {res.line}")
     return good
@@ -231,7 +233,8 @@ def report_dropped(ws: Workspace) -> None:
     are not run (they fail on the pin by design)."""
     for r in retired.load(ws):
         if r.kind == retired.DROPPED:
-            print(f"{r.name[:58]:58} {'-':10} {'-':10} dropped at {r.left_at}: not run")
+            name = "retired " + r.name
+            print(f"{name[:58]:58} {'-':10} {'-':10} dropped at {r.left_at}: not run")
             print(f"    why: {first_sentence(r.why)}")
 
 
@@ -266,6 +269,14 @@ def report(rows) -> bool:
             print(f"      skipped {why}")
         if base is not None:
             print(f"    base:    {base.line}")
+    counts = Counter()
+    for _, patched, _ in rows:
+        counts.update({k: int(n) for n, k in re.findall(r"(\d+) (passed|skipped)", patched.line)})
+    ok = sum(1 for e, patched, base in rows if patched.code == 0 and not (base and base.code == 0))
+    print(
+        f"{ok} of {len(rows)} contracts ok; patched, all together: {counts['passed']} passed, "
+        f"{counts['skipped']} skipped (each row above says why)"
+    )
     return good
 
 

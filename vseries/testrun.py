@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 
 from vseries import contract, host, linesite, upstream, worktree
 from vseries import pin as pinmod
@@ -143,17 +144,18 @@ def main(args) -> int:
     for t, (ok, secs) in results.items():
         state = "not run (no CUDA)" if ok is None else "passed" if ok else "FAILED"
         print(f"  {t:10} {state:20} {secs:6.1f} s"[:width])
+    left = [t for t in TIERS if t not in tiers] if args.fast else []
     if args.fast:
-        left = [t for t in TIERS if t not in tiers]
         print(f"  --fast: tests marked slow deselected; not run: {', '.join(left) or '-'}"[:width])
-    print(verdict(results))
-    return 0 if verdict(results).startswith("PASSED") else 1
+    last = verdict(results, left)
+    print(last)
+    return 0 if last.startswith("PASSED") else 1
 
 
-def verdict(results: dict) -> str:
+def verdict(results: dict, left_out: Sequence[str] = ()) -> str:
     """The run's last line: which tiers failed, that none could run on this host (nothing was
-    tested: exit status 1 too), or that every tier that ran passed and which could not run on
-    this host (the exit status says the same)."""
+    tested: exit status 1 too), or that every tier that ran passed, which could not run on
+    this host and which --fast left out (the exit status says the same)."""
     failed = [t for t, (ok, _) in results.items() if ok is False]
     if failed:
         return f"FAILED: {', '.join(failed)} (exit status 1; the tier's output above says why)"
@@ -164,6 +166,7 @@ def verdict(results: dict) -> str:
             "was tested (exit status 1)"
         )
     note = f"; not run on this host: {', '.join(absent)}" if absent else ""
+    note += f"; left out by --fast: {', '.join(left_out)}" if left_out else ""
     return f"PASSED: every tier that ran{note} (exit status 0)"
 
 

@@ -41,5 +41,8 @@ def test_the_run_ends_with_one_verdict_line():
     )
     failed = {**ran, "contract": (False, 2.0)}
     assert testrun.verdict(failed).startswith("FAILED: contract (exit status 1;")
+    assert testrun.verdict({"workspace": (True, 1.0)}, ["contract", "upstream"]) == (
+        "PASSED: every tier that ran; left out by --fast: contract, upstream (exit status 0)"
+    )
     # only tiers this host cannot run (--tier upstream on a CPU host): nothing was tested
     assert testrun.verdict({"upstream": (None, 0.1)}).startswith("NOT RUN: no tier asked for")
