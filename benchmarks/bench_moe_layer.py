@@ -14,6 +14,8 @@ Variants per row, in the tree it runs in (``--variant`` names the tree):
   layers on SM90;
 - ``decode16`` (``--decode16``, the series): the decode kernels taken at every batch of up to
   16 tokens (the path's own rule stops at 2): where its cliff is;
+- ``decode16m`` (``--decode16-split-by-batch``, the series): the same with split-K sized from
+  the batch's programs, not one token's (``benchmarks/decode_split.py``);
 - ``flashinfer`` (``--flashinfer``): the FLASHINFER_CUTLASS backend, FlashInfer's CUTLASS
   fused MoE (static activation scales only: v0.34.0 gives it no dynamic per-tensor layer),
   weights converted as the oracle converts them, autotuned with FlashInfer's own autotuner
@@ -38,7 +40,7 @@ from functools import partial
 
 import torch
 
-from benchmarks import harness, moe_layer, shapes
+from benchmarks import decode_split, harness, moe_layer, shapes
 from benchmarks.bench_moe_decode import make_layer, reference, rel_err
 from vseries import results
 
@@ -105,6 +107,13 @@ def decode_up_to(n: int):
         d.FP8_DECODE_MAX_TOKENS = old
 
 
+@contextlib.contextmanager
+def decode_up_to_split_by_batch(n: int):
+    """``decode_up_to(n)`` with split-K sized from the batch (``decode_split``)."""
+    with decode_up_to(n), decode_split.split_by_batch():
+        yield
+
+
 class Variant:
     """One experts class to time: how to build its kernel, the weights it reads (the
     oracle's conversion), the context its calls run in, and its one-time tuning."""
@@ -153,6 +162,10 @@ def variants_for(cfg, static: bool, args) -> dict[str, Variant]:
         out["general"] = Variant("general", *general[0])
         if args.decode16:
             out["decode16"] = Variant("decode16", *usable[0], context=partial(decode_up_to, 16))
+        if args.decode16_split_by_batch:
+            out["decode16m"] = Variant(
+                "decode16m", *usable[0], context=partial(decode_up_to_split_by_batch, 16)
+            )
     if args.flashinfer and static:
         fi = flashinfer_variant(cfg)
         if fi is not None:
@@ -228,6 +241,11 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--flashinfer", action="store_true", help="add FLASHINFER_CUTLASS (static)")
     ap.add_argument("--decode16", action="store_true", help="add the decode path up to M=16")
+    ap.add_argument(
+        "--decode16-split-by-batch",
+        action="store_true",
+        help="add the decode path up to M=16 with split-K sized from the batch (decode_split.py)",
+    )
     a = ap.parse_args()
 
     from vllm.config import VllmConfig, set_current_vllm_config

@@ -6,7 +6,8 @@ FLASHINFER_CUTLASS layer autotuned (``flashinfer``, static scales only: v0.34.0 
 dynamic per-tensor layer), the layer a v0.34.0 user gets by default on an H200 with FlashInfer
 installed (the oracle's first choice: FLASHINFER_CUTLASS for static, TRITON for dynamic), the
 series' decode backend (``default`` of the series tree, ``--moe-backend triton_fp8_decode``)
-and, where run, its decode path taken at every batch up to 16 tokens (``decode16``). Each
+and, where run, its decode path taken at every batch up to 16 tokens (``decode16``), also with
+split-K sized from the batch (``decode16m``, ``benchmarks/decode_split.py``). Each
 cell: median us of the run (range over runs when several) and % of the read roofline measured
 in the same run.
 
@@ -56,6 +57,9 @@ def table(base: dict, series: dict) -> tuple[str, list[dict]]:
     head = ["shape", "scales", "M", "v0.34.0 TRITON us, % roofline",
             "v0.34.0 FLASHINFER_CUTLASS (autotuned)", "series", "series vs v0.34.0 default",
             "series vs TRITON", "series, decode path to 16 tokens"]  # fmt: skip
+    by_batch = any(k[3] == "decode16m" for k in series)
+    if by_batch:
+        head.append("the same, split-K by batch")
     lines, points = [], []
     for shape, dtype, m in keys:
         tri = base.get((shape, dtype, m, "default"))
@@ -70,12 +74,13 @@ def table(base: dict, series: dict) -> tuple[str, list[dict]]:
         def ratio(rows, s_us=s_us):
             return f"{med(rows) / s_us:.2f}x" if rows and s_us else "-"
 
+        dec_m = series.get((shape, dtype, m, "decode16m"))
         lines.append([shape, dtype, m, cell(tri), cell(fi), cell(ser), ratio(dflt), ratio(tri),
-                      cell(dec)])  # fmt: skip
+                      cell(dec)] + ([cell(dec_m)] if by_batch else []))  # fmt: skip
         points.append({"shape": shape, "dtype": dtype, "m": m,
                        **{k: med(v, "roofline_pct") for k, v in
                           (("triton", tri), ("flashinfer", fi), ("series", ser),
-                           ("decode16", dec))}})  # fmt: skip
+                           ("decode16", dec), ("decode16m", dec_m))}})  # fmt: skip
     return results.markdown_table(head, lines), points
 
 
@@ -83,7 +88,7 @@ def plot(points: list[dict], out: Path) -> None:
     panels = sorted({(p["shape"], p["dtype"]) for p in points})
     fig, axes = plots.grid(1, len(panels), (4.2, 3.6))
     colours = {"triton": "grey", "flashinfer": "tab:green", "series": "tab:blue",
-               "decode16": "tab:orange"}  # fmt: skip
+               "decode16": "tab:orange", "decode16m": "tab:red"}  # fmt: skip
     for ax, (shape, dtype) in zip(axes[0], panels, strict=True):
         pts = sorted((p for p in points if (p["shape"], p["dtype"]) == (shape, dtype)),
                      key=lambda p: p["m"])  # fmt: skip

@@ -18,7 +18,9 @@
 #   layer  benchmarks/bench_moe_layer.py, M = 1..16 and 64: base (TRITON and, with
 #          FlashInfer, FLASHINFER_CUTLASS autotuned), series (default: its decode backend,
 #          general: its TRITON, decode16);
-#          trees alternating base, series (ROUNDS, default 1)
+#          trees alternating base, series (ROUNDS, default 1); BENCH_ARGS replaces the
+#          shapes, e.g. "--shapes dsv3-tp8 --decode16-split-by-batch" adds split-K sized from
+#          the batch (benchmarks/decode_split.py)
 #   epcost benchmarks/ep_nan.py --time-only on base, base+0002, base+0005, series (EP_TREES)
 #   served benchmarks/served: waves of engine processes (served.sh), every process a record;
 #          WAVES names the waves to run (default "1 2 3 4 5"; 6 and 7: 48 layers); the

@@ -406,6 +406,43 @@ def test_backends_report_puts_flashinfer_beside_triton_and_the_series(tmp_path):
     assert "| 25.0, 30% | - | 20.0, 40% | - | 1.25x | - |" in static
 
 
+def test_backends_report_adds_the_split_by_batch_column_where_it_ran(tmp_path):
+    """A series run with ``decode16m`` (--decode16-split-by-batch) gets its own column; one
+    without keeps the table as it was."""
+    from benchmarks import moe_backends_report as mbr
+
+    def row(variant, us):
+        return results.Row("moe_layer", "dsv3-tp8", "dynamic", 4, variant, us, us, us, 1, 50)
+
+    head = {"bench": "moe_layer", "gpu": "NVIDIA H200", "read_bandwidth_Bps": 4.3e12}
+    results.write(tmp_path / "b.json", {**head, "variant": "base"}, [row("default", 73.0)])
+    rows = [row("default", 73.0), row("decode16", 80.0), row("decode16m", 66.0)]
+    results.write(tmp_path / "s.json", {**head, "variant": "series"}, rows)
+    text, points = mbr.table(mbr.load([tmp_path / "b.json"]), mbr.load([tmp_path / "s.json"]))
+    assert text.splitlines()[0].endswith(
+        "| series, decode path to 16 tokens | the same, split-K by batch |"
+    )
+    assert "| 80.0, 50% | 66.0, 50% |" in text and points[0]["decode16m"] == 50
+
+
+@pytest.mark.slow  # imports vLLM
+def test_split_by_batch_agrees_at_one_token_and_stops_splitting_a_full_gpu():
+    """decode_split.by_batch: at one token the patch's own config; on DeepSeek-V3 TP8 (top-8,
+    hidden 7168, intermediate 256, 132 SMs) the patch splits GEMM1's K four ways at every M,
+    the batch rule not from 3 tokens on (24 x 8 = 192 programs already fill the SMs)."""
+    fd = pytest.importorskip("vllm.model_executor.layers.fused_moe.fused_moe_decode")
+    from benchmarks import decode_split
+
+    for m, want in ((1, 4), (2, 2), (3, 1), (16, 1)):  # 2 tokens: 16 x 8 = 128 programs
+        patch = fd.get_decode_config(m, 8, 7168, 256, 132)
+        mine = decode_split.by_batch(patch, m, 8, 7168, 256, 132)
+        assert (patch["SPLIT_K1"], mine["SPLIT_K1"]) == (4, want)
+        assert (mine == patch) == (m == 1)
+    # Qwen3-30B-A3B (top-8, hidden 2048, intermediate 768): 8 x 24 tiles fill 132 SMs alone
+    q = fd.get_decode_config(4, 8, 2048, 768, 132)
+    assert decode_split.by_batch(q, 4, 8, 2048, 768, 132) == q
+
+
 def test_report_page_says_where_the_runs_ran_and_how_the_page_was_made(tmp_path):
     """report_page: the layer reports' shared command line, first sentence and page."""
     from benchmarks import report_page
