@@ -51,13 +51,8 @@ class Workspace:
         """
         ws = cls(Path(os.environ.get("VSERIES_ROOT", HOME)).resolve())
         line = os.environ.get("VSERIES_LINE")
-        if line and line not in [w.line for w in ws.lines()]:
-            raise SeriesError(
-                f"VSERIES_LINE={line[:80]!r} names no kept line (lines/ holds "
-                f"{[w.line for w in ws.lines()] or 'none'})",
-                "unset VSERIES_LINE   # the main line; or set it to one of those",
-            )
-        return cls(ws.root, line or None)
+        fix = "unset VSERIES_LINE   # the main line; or set it to one of those"
+        return ws.kept(line, "VSERIES_LINE", fix) if line else ws
 
     @property
     def main(self) -> "Workspace":
@@ -132,11 +127,13 @@ class Workspace:
         except ValueError:
             return str(path)
 
-    def kept(self, tag: str, command: str) -> "Workspace":
+    def kept(self, tag: str, command: str, fix: str | None = None) -> "Workspace":
         """The kept line ``tag`` of this workspace (``lines/<tag>/``).
 
         Args:
-            command: the script that was given ``--line`` (named in the error).
+            command: what named the line: the script that was given ``--line``, or
+                ``VSERIES_LINE`` (named in the error).
+            fix: the error's next step (default: the script with another ``--line``).
 
         Raises:
             SeriesError: there is no such kept line (the message names the ones there are).
@@ -145,7 +142,7 @@ class Workspace:
         if tag not in kept:
             raise SeriesError(
                 f"no kept line {tag[:80]!r} (lines/ holds {kept or 'none'})",
-                f"{command} --line <one of them>, or {command} for the main line",
+                fix or f"{command} --line <one of them>, or {command} for the main line",
             )
         return Workspace(self.root, tag)
 

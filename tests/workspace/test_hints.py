@@ -178,7 +178,7 @@ def test_unknown_kept_line_in_the_environment_is_named(one, monkeypatch):
     from vseries.workspace import Workspace
 
     monkeypatch.setenv("VSERIES_LINE", "v9.9.9")
-    with pytest.raises(SeriesError, match="VSERIES_LINE='v9.9.9' names no kept line") as e:
+    with pytest.raises(SeriesError, match="no kept line 'v9.9.9'") as e:
         Workspace.current()
     assert e.value.fix.startswith("unset VSERIES_LINE")
 
