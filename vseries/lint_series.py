@@ -1,5 +1,6 @@
 """The series check behind the pre-commit hook: every series entry exists and is a patch,
-every patch file is listed, each carries a DCO Signed-off-by and names a contract test, the
+every patch file is listed, each carries a DCO Signed-off-by, names a contract test and adds
+no conflict leftover (``*.rej``, ``*.orig``), the
 records of the patches that left the series (patches/retired.toml) are sound, and the
 workspace's index records ``vllm/`` at the pin (``git commit -a`` at the root would record
 the series' own HEAD instead).
@@ -30,6 +31,11 @@ def problems(ws: Workspace | None = None) -> list[str]:
             out.append(f"{e.name}: no contract=<test> option in patches/series")
         elif not (ws.root / e.contract).is_file():
             out.append(f"{e.name}: contract {e.contract} does not exist")
+        for left in re.findall(r"^diff --git a/\S+ b/(\S+\.(?:rej|orig))$", text, re.M):
+            out.append(
+                f"{e.name}: adds {left}, a resolved conflict's leftover: remove it from the "
+                "commit in vllm/, then scripts/refresh.sh (refresh names the commands)"
+            )
     return out
 
 

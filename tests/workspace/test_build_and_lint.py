@@ -45,6 +45,22 @@ def test_lint_flags_missing_signoff_and_contract(tiny):
     assert [f for f in lint_series.problems() if "contract" in f] == []
 
 
+def test_lint_flags_a_conflict_leftover_in_a_patch(tiny):
+    """A patch file that adds a .rej (committed by hand, or refreshed before refresh refused
+    it) is named by the series check that pre-commit and CI run."""
+
+    def edit(r):
+        (r / "b.py").write_text("x=2\n")
+        (r / "b.py.rej").write_text("@@ -1 +1 @@\n")
+
+    p = make_patch(tiny / "vllm", tiny / "patches", edit, "[P] b")
+    (tiny / "patches" / "series").write_text(p.name + "\n")
+    assert [f for f in lint_series.problems() if "leftover" in f] == [
+        f"{p.name}: adds b.py.rej, a resolved conflict's leftover: remove it from the commit "
+        "in vllm/, then scripts/refresh.sh (refresh names the commands)"
+    ]
+
+
 def test_lint_refuses_a_gitlink_off_the_pin(tiny):
     """``git commit -a`` at the workspace's root records vllm/ at the series' HEAD; the series
     check (a pre-commit hook CI runs) names it and the command that puts the pin back."""
