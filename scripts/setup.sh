@@ -25,12 +25,16 @@ while [ $# -gt 0 ]; do
   case "$1" in
     -h | --help) usage; exit 0 ;;
     --force) force=(--force) ;;
-    --line)
-      [ $# -ge 2 ] || { echo "scripts/setup.sh: --line needs a tag (see scripts/setup.sh --help)" >&2; exit 2; }
-      line=$2
-      shift
+    --line | --line=*)
+      if [ "$1" = --line ]; then
+        [ $# -ge 2 ] || { echo "scripts/setup.sh: --line needs a tag (see scripts/setup.sh --help)" >&2; exit 2; }
+        line=$2
+        shift
+      else
+        line=${1#--line=}
+      fi
+      [ -n "$line" ] || { echo "scripts/setup.sh: --line needs a tag, not an empty value (see scripts/setup.sh --help)" >&2; exit 2; }
       ;;
-    --line=*) line=${1#--line=} ;;
     *)
       echo "scripts/setup.sh: unknown option $1 (see scripts/setup.sh --help)" >&2
       exit 2

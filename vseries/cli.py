@@ -56,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser(prog, argv[0] if argv else None).parse_known_args(argv)
     if extra:
         args.verb_parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    # an empty value (`--line ''`, `-o ""`, `--base=`) would read as "not given" or as "."
+    empty = [f"{a!r} after {argv[i - 1]}" if a == "" and i else repr(a) for i, a in enumerate(argv)
+             if a == "" or (a.startswith("--") and a.endswith("="))]  # fmt: skip
+    if empty:
+        args.verb_parser.error(f"an empty value: {', '.join(empty)}")
     name = os.path.basename(prog) if prog else args.verb
     try:
         if os.environ.get("VSERIES_ARGS_ONLY"):  # scripts/_venv.sh, before installing

@@ -109,7 +109,13 @@ def check_all(ws: Workspace, base: bool = True) -> list[tuple[series.Entry, Resu
                 f"{ws.rel(ws.series_file)}",
             )
         if not (ws.root / e.contract).exists():
-            raise SeriesError(f"contract {e.contract} of {e.name} does not exist")
+            near = sorted(p.name for p in (ws.root / "tests" / "contract").glob("test_*.py"))
+            raise SeriesError(
+                f"contract {e.contract} of {e.name} does not exist (tests/contract/ holds "
+                f"{', '.join(near) or 'none'})",
+                f"git diff -- {ws.rel(ws.series_file)}   # a misspelt contract=? then fix it "
+                f"there, or git checkout -- {ws.rel(ws.series_file)}",
+            )
     base_dir = worktree.base_tree(ws) if base else None
     patched_dir = ws.vllm if ws.line else None
     return check_many(entries, base_dir, patched_dir, root=ws.root, paths=linesite.pythonpath(ws))

@@ -306,7 +306,8 @@ def _common_dir(repo: Path) -> Path:
 
 def add_worktree(repo: Path, dest: Path, commit: str) -> Path:
     """A detached worktree of ``repo`` at ``commit`` in ``dest``: made on first use, moved
-    back to ``commit`` (discarding changes in it: it is ours) when it has moved or is dirty,
+    back to ``commit`` (discarding changes and untracked files in it: it is ours) when it has
+    moved or is dirty,
     remade when ``dest`` is no worktree of ``repo`` (none, or one of another repository: a
     workspace copied with its scratch keeps the original's worktree links). Returns dest."""
     if not is_repo(dest) or _common_dir(dest) != _common_dir(repo):
@@ -315,6 +316,9 @@ def add_worktree(repo: Path, dest: Path, commit: str) -> Path:
         run(repo, "worktree", "add", "-q", "--detach", str(dest), commit)
     elif rev(dest, "HEAD") != rev(repo, commit) or dirty(dest):
         run(dest, "checkout", "-q", "-f", "--detach", commit)
+        # untracked files too (a module copied in by hand would make the base pass a
+        # contract); not ignored ones: the release kernels linked into the tree stay
+        run(dest, "clean", "-q", "-fd")
     return dest
 
 

@@ -23,6 +23,12 @@ def source_of(repo: Path) -> str:
     return git.run(repo, "config", "--get", "vseries.source", check=False) or "unknown"
 
 
+def _empty(vdir: Path) -> None:
+    """vllm/ back to the empty folder it was before a route started filling it."""
+    shutil.rmtree(vdir, ignore_errors=True)
+    vdir.mkdir(exist_ok=True)
+
+
 def ensure(route: str = "auto", quiet: bool = False, ws: Workspace | None = None) -> Path:
     """Make sure ``vllm/`` is a git checkout in which the pinned commit resolves.
 
@@ -61,12 +67,15 @@ def ensure(route: str = "auto", quiet: bool = False, ws: Workspace | None = None
     if ws.line and git.is_repo(ws.main.vllm) and git.rev(ws.main.vllm, pin.commit):
         return _line_from_main(ws, pin.commit, pin.tag)
     if route in ("auto", "git") and not git.offline() and not ws.line:
-        if release.submodule_by_git(ws.root, pin):
+        try:
+            by_git = release.submodule_by_git(ws.root, pin)
+        except BaseException:  # Ctrl-C: never a half checkout for the next run to find
+            _empty(vdir)
+            raise
+        if by_git:
             print(f"materialise: vllm/ from git at {pin.commit[:12]}")
             return vdir
-        # vllm/ was empty: whatever a failed or timed-out git route wrote goes
-        shutil.rmtree(vdir, ignore_errors=True)
-        vdir.mkdir(exist_ok=True)
+        _empty(vdir)  # what a failed or timed-out git route wrote
         if route == "git":
             raise SeriesError(
                 "the git route failed and --source git was asked for",
@@ -83,8 +92,7 @@ def ensure(route: str = "auto", quiet: bool = False, ws: Workspace | None = None
             f"sdist {pin.source.filename} sha256={pin.source.sha256}",
         )
     except BaseException:
-        shutil.rmtree(vdir, ignore_errors=True)  # never leave a half-built tree
-        vdir.mkdir(exist_ok=True)
+        _empty(vdir)  # never leave a half-built tree
         raise
     if ws.line:  # a kept line's own repository: not the submodule
         print(

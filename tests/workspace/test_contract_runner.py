@@ -5,10 +5,13 @@ own vllm/ (never one a copied workspace inherited)."""
 import shutil
 from pathlib import Path
 
-from conftest import git
+import pytest
+from conftest import git, make_patch
 
 from vseries import contract, series
 from vseries import git as vgit
+from vseries.errors import SeriesError
+from vseries.workspace import Workspace
 
 TEST = """import pytest, mod
 pytestmark = pytest.mark.contract
@@ -190,3 +193,38 @@ def test_a_worktree_of_another_repository_is_remade(tmp_path):
     common = git(dest, "rev-parse", "--path-format=absolute", "--git-common-dir")
     assert Path(common).resolve() == (copy / ".git").resolve()
     assert vgit.is_repo(tmp_path / "base")  # the original's own worktree is untouched
+
+
+def test_a_file_added_to_the_base_worktree_by_hand_is_gone_at_the_next_run(tmp_path):
+    """An untracked module copied into the base worktree would make the base pass a contract
+    (the patch's new file, there): the worktree is put back without it; ignored files (the
+    release kernels linked into a tree) stay."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "a.py").write_text("a = 1\n")
+    (repo / ".gitignore").write_text("*.so\n")
+    git(repo, "add", ".")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "r")
+    commit = git(repo, "rev-parse", "HEAD")
+    base = vgit.add_worktree(repo, tmp_path / "base", commit)
+    (base / "decode.py").write_text("copied in by hand\n")
+    (base / "_C.so").write_text("a linked kernel\n")
+    vgit.add_worktree(repo, base, commit)
+    assert not (base / "decode.py").exists() and (base / "_C.so").exists()
+
+
+def test_a_misspelt_contract_is_named_with_the_files_there_are(tiny):
+    """A series line whose contract= names no file: the error lists tests/contract/ and the
+    next step looks at the series file's change."""
+    p = make_patch(
+        tiny / "vllm", tiny / "patches", lambda r: (r / "b.py").write_text("x=2\n"), "[P] b"
+    )
+    (tiny / "tests" / "contract").mkdir(parents=True)
+    (tiny / "tests" / "contract" / "test_b.py").write_text("")
+    (tiny / "patches" / "series").write_text(f"{p.name} contract=tests/contract/test_bb.py\n")
+    with pytest.raises(
+        SeriesError, match=r"test_bb.py of .* does not exist \(tests/contract/ holds test_b.py\)"
+    ) as e:
+        contract.check_all(Workspace.current(), base=False)
+    assert e.value.fix.startswith("git diff -- patches/series")

@@ -134,3 +134,18 @@ def test_what_a_timed_out_git_route_left_goes_before_the_source_release(superpro
     with pytest.raises(SeriesError, match="stop here"):
         materialise.ensure()
     assert seen == [[]]
+
+
+def test_an_interrupted_git_route_leaves_vllm_empty(superproject, monkeypatch):
+    """Ctrl-C while the git route checks vllm/ out: the next run finds an empty folder, not a
+    half checkout whose missing files apply would take for the user's uncommitted work."""
+    monkeypatch.delenv("VSERIES_OFFLINE")
+
+    def interrupted(top, pin):
+        (top / "vllm" / "setup.py").write_text("half\n")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(release, "submodule_by_git", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        materialise.ensure()
+    assert list((superproject / "vllm").iterdir()) == []

@@ -439,6 +439,12 @@ def test_frozen_revs_are_read_from_their_comment(v0_21_0_hooks):
 # --- push ----------------------------------------------------------------------------------------
 
 
+def test_a_remote_without_push_is_refused(tiny):
+    with pytest.raises(SeriesError, match="without --push nothing would go there") as e:
+        prs.prs(remote="fork", hooks=False, tests=False)
+    assert e.value.fix.startswith("scripts/prs.sh --sign --push --remote fork")
+
+
 def test_push_to_an_unreachable_remote_is_refused_before_anything(tiny):
     add(tiny, write("b.py", "x = 9\n"), "[Core] nine")
     as_submitter(tiny)
@@ -580,9 +586,10 @@ def test_only_a_pending_data_for_a_pull_request_is_a_comment(status, expected):
     assert prcomment.target(status) == expected
 
 
-def test_data_for_sets_the_header_and_the_comment_follows(tiny):
+def test_data_for_sets_the_header_and_the_comment_follows(tiny, capsys):
     """--data-for NNNN URL: the trailer in vllm/ and in the patch file; --record later turns
-    it into Submitted; a URL that is not a pull request's is refused, nothing changed."""
+    it into Submitted, saying what it replaced; a URL that is not a pull request's is
+    refused, nothing changed."""
     add(tiny, write("b.py", "x = 25\n"), MSG.format("five", "five"))
     apply.apply()
     refresh.refresh()
@@ -600,8 +607,10 @@ def test_data_for_sets_the_header_and_the_comment_follows(tiny):
     (tiny / "docs/upstream/55268-comment.md").write_text("data\n")
     [c] = prs.prs(hooks=False, tests=False)
     assert c.ok and (tiny / "out/prs/0001/comment.md").read_text() == "data\n"
+    capsys.readouterr()
     prs.record("1", URL)
     assert patchfile.info(p).status == f"Submitted [{URL}]"
+    assert f"(was: Pending [data for {OPEN}])" in capsys.readouterr().out
     [pr] = prs.prs(hooks=False, tests=False)
     assert pr.ok and (tiny / "out/prs/0001/body.md").is_file()
     assert not (tiny / "out/prs/0001/comment.md").exists()
@@ -1401,3 +1410,28 @@ def test_push_refuses_a_base_made_from_a_source_release(tiny, tmp_path):
     with pytest.raises(SeriesError, match="made from its source release") as e:
         prs.prs(do_push=True, remote="fork", hooks=False, tests=False, sign=True)
     assert "--base upstream/main" in (e.value.fix or "")
+
+
+def test_hand_made_commits_on_a_pr_branch_are_kept_and_a_checked_out_one_is_refused(tiny, capsys):
+    """A commit made by hand on a pr/ branch: the next run keeps it under refs/vseries/backup/
+    (and says so) before it makes the branch again from the patch; a run of its own branch
+    changes nothing. With the branch checked out in vllm/, prs refuses before anything."""
+    add(tiny, edit_line("a.py", 5, "five"), MSG.format("five", "five"))
+    apply.apply()
+    vdir = tiny / "vllm"
+    [pr] = prs.prs(hooks=False, tests=False)
+    prs.prs(hooks=False, tests=False)  # its own branch, made again: no backup
+    assert git(vdir, "for-each-ref", "refs/vseries/backup/") == ""
+    git(vdir, "checkout", "-q", pr.branch)
+    with pytest.raises(SeriesError, match=f"vllm/ has {pr.branch} checked out") as e:
+        prs.prs(hooks=False, tests=False)
+    assert e.value.fix.startswith("git -C vllm checkout series && scripts/prs.sh")
+    (vdir / "b.py").write_text("x = 99\n")
+    git(vdir, "-c", "user.name=u", "-c", "user.email=u@u", "commit", "-qam", "a fix by hand")
+    mine = git(vdir, "rev-parse", "HEAD")
+    git(vdir, "checkout", "-q", "series")
+    capsys.readouterr()
+    [again] = prs.prs(hooks=False, tests=False)
+    [backup] = git(vdir, "for-each-ref", "--format=%(refname)", "refs/vseries/backup/").split()
+    assert git(vdir, "rev-parse", backup) == mine and backup in capsys.readouterr().out
+    assert git(vdir, "rev-parse", again.branch) == pr.commit  # made again from the patch

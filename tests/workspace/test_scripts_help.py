@@ -187,3 +187,27 @@ def test_a_venv_copied_from_another_workspace_is_refused(fresh, tmp_path):
     assert f"belongs to {fresh / '.venv'}" in r.stderr, r.stderr
     assert "next: rm -rf .venv && scripts/setup.sh" in r.stderr
     assert files(copy) == before
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["test", "--line", ""], ["wheel", "-o", ""], ["prs", "--base="], ["rebase", ""]],
+    ids=["line", "out", "base=", "tag"],
+)
+def test_an_empty_value_is_refused_not_read_as_absent(argv, capsys):
+    """`--line ''` ran every tier, `-o ''` wrote the wheel into the workspace root, `--base=`
+    took the pin: an empty value is refused before anything runs."""
+    from vseries import cli
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: an empty value: " in err and "next: python -m vseries" in err, err
+
+
+def test_setup_refuses_an_empty_line(fresh):
+    for args in (["--line", ""], ["--line="]):
+        r = run_fresh(fresh, "setup.sh", *args)
+        assert r.returncode == 2 and "not an empty value" in r.stderr, r.stderr
+        assert not (fresh / ".venv").exists()

@@ -333,6 +333,25 @@ def versions_in(folder: Path) -> list[Version]:
     return [parse_wheel_filename(p.name)[1] for p in folder.glob("*.whl")]
 
 
+def test_an_output_that_cannot_be_written_is_named_and_leaves_nothing(synth, tmp_path, monkeypatch):
+    """-o naming a file, and a disk that fills up while the wheel is written: an error with the
+    way on, not a traceback, and no half-written wheel left behind."""
+    with_series(synth, ("[Perf] init", edit_init))
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(SeriesError, match="cannot make the output folder") as e:
+        command.build(Workspace(synth), tmp_path / "afile")
+    assert e.value.fix.startswith("scripts/wheel.sh -o ")
+
+    def disk_full(path, members):
+        Path(path).write_bytes(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(command.archive, "write", disk_full)
+    with pytest.raises(SeriesError, match="No space left on device; nothing was left") as e:
+        command.build(Workspace(synth), tmp_path / "full")
+    assert e.value.fix.startswith("df -h ") and list((tmp_path / "full").iterdir()) == []
+
+
 def test_a_newer_shorter_series_sorts_above_an_older_longer_one(synth, tmp_path):
     """What pip and a deployment that takes "the newest wheel" compare: PEP 440 versions.
     The older series has 2 patches, the newer 1 (a patch dropped the next day)."""

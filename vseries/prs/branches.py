@@ -8,10 +8,12 @@ the change to this workspace, and the person who submits it upstream signs the c
 author (``--sign``: ``git commit --amend --reset-author -s`` with vllm/'s git identity). A
 patch that does not apply alone is reported, with the earlier patches it needs when it
 applies after them (a hidden dependency), instead of being stacked silently. The ``series``
-branch and HEAD of vllm/ are never touched.
+branch and HEAD of vllm/ are never touched; a ``pr/`` branch that holds work prs did not write
+is kept under ``refs/vseries/backup/`` before it is made again.
 """
 
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -103,6 +105,30 @@ def identity(vdir: Path) -> str:
     return f"{name} <{email}>"
 
 
+# the reflog message of every branch update prs makes: a tip without it was moved by hand
+REFLOG = "vseries prs"
+
+
+def keep_hand_made(vdir: Path, branch: str, new: str) -> str | None:
+    """Before prs rewrites ``branch``: when its tip is not what prs last wrote there (a commit,
+    amend or rebase made by hand) and differs from ``new``, keep it under
+    ``refs/vseries/backup/`` and say so. Returns the backup ref, or None."""
+    ref = f"refs/heads/{branch}"
+    tip = git.rev(vdir, ref)
+    if tip is None or tip == new:
+        return None
+    last = git.run(vdir, "reflog", "show", "-1", "--format=%H %gs", ref, check=False)
+    if last == f"{tip} {REFLOG}":
+        return None
+    backup = f"refs/vseries/backup/{branch}-{time.strftime('%Y%m%d-%H%M%S')}"
+    git.run(vdir, "update-ref", backup, tip)
+    print(
+        f"prs: {branch} held work prs did not write ({tip[:12]}); kept as {backup} before the "
+        f"branch is made again (git -C vllm log --oneline {backup})"
+    )
+    return backup
+
+
 def make_branch(
     vdir: Path,
     wt: Path,
@@ -125,7 +151,8 @@ def make_branch(
         if sign:
             git.run(wt, "commit", "-q", "--amend", "--no-edit", "--reset-author", "--signoff")
         pr.commit = git.rev(wt, "HEAD")
-        git.run(vdir, "update-ref", "-m", "vseries prs", f"refs/heads/{pr.branch}", pr.commit)
+        keep_hand_made(vdir, pr.branch, pr.commit)
+        git.run(vdir, "update-ref", "-m", REFLOG, f"refs/heads/{pr.branch}", pr.commit)
         return
     # does it apply after the earlier patches? then name the ones it needs
     needs = []

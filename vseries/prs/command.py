@@ -43,6 +43,15 @@ def prs(
     pin = pinmod.load(ws.pin_file)
     vdir = ws.vllm
     git.require_checkout(vdir, idle=False)
+    checked_out = git.head_branch(vdir) or ""
+    if checked_out.startswith("pr/"):
+        raise SeriesError(
+            f"vllm/ has {checked_out} checked out, a branch prs makes again from its patch; "
+            "nothing was changed",
+            "git -C vllm checkout series && scripts/prs.sh   # a commit of yours on it is kept "
+            "under refs/vseries/backup/ (a fix belongs in the patch: vllm/'s series branch, "
+            "then scripts/refresh.sh)",
+        )
     base_id = git.rev(vdir, base or pin.commit)
     if not base_id:
         raise SeriesError(
@@ -51,6 +60,11 @@ def prs(
             "upstream release into vllm/",
         )
     label = f"{base or pin.tag} ({base_id[:12]})"
+    if remote and not do_push:
+        raise SeriesError(
+            "--remote names where --push pushes; without --push nothing would go there",
+            f"scripts/prs.sh --sign --push --remote {remote}   # or without --remote",
+        )
     if do_push and not remote:
         raise SeriesError(
             "--push needs --remote <your fork>", "scripts/prs.sh --sign --push --remote fork"

@@ -42,7 +42,8 @@ def record(number: str, url: str, ws: Workspace | None = None, *, data_for: bool
     if not idx:
         raise SeriesError(f"no patch numbered {wanted} in patches/series", "cat patches/series")
     i, entry = idx[0], entries[idx[0]]
-    if patchfile.info(entry.path).status.startswith("Accepted"):
+    before = patchfile.info(entry.path).status
+    if before.startswith("Accepted"):
         raise SeriesError(f"{entry.name} is upstream already; nothing to record")
     pin = pinmod.load(ws.pin_file)
     vdir = ws.vllm
@@ -115,5 +116,6 @@ def record(number: str, url: str, ws: Workspace | None = None, *, data_for: bool
     status = patchfile.info(entry.path).status
     if status != wanted_status:
         raise SeriesError(f"{entry.name} says Upstream-Status: {status} after the refresh")
-    print(f"prs: {entry.name}: Upstream-Status: {status}")
+    was = f" (was: {before})" if before and before != status else ""
+    print(f"prs: {entry.name}: Upstream-Status: {status}{was}")
     return entry.path

@@ -155,7 +155,13 @@ def build(ws: Workspace, out_dir: Path | None = None) -> Built:
     lab = labelmod.label(ws.root, files, len(entries), listed)
     new_version = series_version(str(version), lab)
     out_dir = (out_dir or ws.root / OUT / pin.tag).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a file of that name, no permission
+        raise SeriesError(
+            f"cannot make the output folder {out_dir}: {e.strerror}",
+            "scripts/wheel.sh -o <a folder you can write>",
+        ) from None
     out = out_dir / wheel_name(release.name, new_version)
     part = out.with_name(out.name + ".part")
     with open(release, "rb") as src, zipfile.ZipFile(src) as rz:
@@ -214,8 +220,14 @@ def build(ws: Workspace, out_dir: Path | None = None) -> Built:
         ]
         try:
             archive.write(part, members)
-        except BaseException:
+        except BaseException as e:
             part.unlink(missing_ok=True)
+            if isinstance(e, OSError):  # a full disk: nothing half-written is left
+                raise SeriesError(
+                    f"writing {part} failed: {e.strerror}; nothing was left there",
+                    f"df -h {out_dir}   # free {release.stat().st_size >> 20} MiB or more "
+                    "there, or scripts/wheel.sh -o <a folder with room>",
+                ) from None
             raise
     identical = {n: renamed(n) for n, i in order if i is not None}
     checked = archive.verify(part, release_hashes, identical)
