@@ -11,6 +11,7 @@ it creates or installs anything.
 
 import argparse
 import os
+import shlex
 import sys
 
 from vseries import apply, build, contract, materialise, prs, rebase, refresh, testrun, wheel
@@ -71,5 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"{name}: interrupted", file=sys.stderr)
+        # every verb starts from what an interrupted run left: apply puts vllm/ back, set-up's
+        # routes leave vllm/ empty, rebase resumes at its last decision, prs and wheel leave
+        # no worktree or half-written file
+        again = shlex.join([prog, *argv[1:]] if prog else ["python", "-m", "vseries", *argv])
+        print(f"{name}: interrupted\n  next: {again}   # starts from what it left", file=sys.stderr)
         return 130

@@ -211,3 +211,19 @@ def test_setup_refuses_an_empty_line(fresh):
         r = run_fresh(fresh, "setup.sh", *args)
         assert r.returncode == 2 and "not an empty value" in r.stderr, r.stderr
         assert not (fresh / ".venv").exists()
+
+
+def test_an_interrupted_verb_says_how_to_go_on(monkeypatch, capsys):
+    """Ctrl-C: the verb's own command line as the next step (every verb starts from what an
+    interrupted run left), as the script that ran it."""
+    from vseries import cli
+    from vseries.prs import command
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "main", interrupted)
+    monkeypatch.setenv("VSERIES_PROG", "scripts/prs.sh")
+    assert cli.main(["prs", "--no-tests"]) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("prs.sh: interrupted\n  next: scripts/prs.sh --no-tests   #"), err
