@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vseries import git, host, linesite, pytestrun, retired, series, worktree
+from vseries import git, host, linesite, patchfile, pytestrun, retired, series, worktree
 from vseries.errors import SeriesError
 from vseries.pytestrun import Case
 from vseries.workspace import Workspace
@@ -212,6 +212,22 @@ def check_upstreamed(ws: Workspace) -> list[tuple[retired.Record, Result]]:
         return [(r, run.result()) for r, run in zip(records, runs, strict=True)]
 
 
+def label(name: str, subject: str = "", prefix: str = "") -> str:
+    """A patch's first column: its number and Subject (else its file name), cut with an
+    ellipsis to fit 58 characters."""
+    number = name.split("-", 1)[0]
+    text = prefix + (f"{number} {subject}" if subject and number.isdigit() else name)
+    return text if len(text) <= 58 else text[:57] + "…"
+
+
+def _subject(e: series.Entry) -> str:
+    """The Subject of a series entry's patch file, or "" (an entry made by hand, a file gone)."""
+    try:
+        return patchfile.subject(e.path) if e.path.is_file() else ""
+    except ValueError:  # not read from a series file: no folder to find it in
+        return ""
+
+
 def report_upstreamed(rows) -> bool:
     """Print the guards' table; True when every one passes on the plain pin."""
     good = True
@@ -219,8 +235,11 @@ def report_upstreamed(rows) -> bool:
         verdict = "ok (still upstream)"
         if res.code != 0:
             verdict, good = "FAILS ON THE PIN: upstream regressed or reverted it", False
-        print(f"{('retired ' + r.name)[:58]:58} {res.outcome:10} {'-':10} {verdict}")
-        print(f"    upstreamed at {r.left_at}{', taken in ' + r.taken_in if r.taken_in else ''}")
+        print(f"{label(r.name, r.subject, 'retired '):58} {res.outcome:10} {'-':10} {verdict}")
+        since = f"; upstream since {r.taken_in}" if r.taken_in else ""
+        print(
+            f"    left the series at the move to {r.left_at}, its contract runs on the pin{since}"
+        )
         print(f"    pin:     {res.line}")
     return good
 
@@ -239,8 +258,8 @@ def report_dropped(ws: Workspace) -> None:
     are not run (they fail on the pin by design)."""
     for r in retired.load(ws):
         if r.kind == retired.DROPPED:
-            name = "retired " + r.name
-            print(f"{name[:58]:58} {'-':10} {'-':10} dropped at {r.left_at}: not run")
+            name = label(r.name, r.subject, "retired ")
+            print(f"{name:58} {'-':10} {'-':10} dropped at {r.left_at}: not run")
             print(f"    why: {first_sentence(r.why)}")
 
 
@@ -269,7 +288,8 @@ def report(rows) -> bool:
             verdict, good = "FAILS WITH THE PATCH", False
         elif base is not None and base.code == 0:
             verdict, good = "PASSES ON BASE: tests nothing", False
-        print(f"{e.name[:58]:58} {base.outcome if base else '-':10} {patched.outcome:10} {verdict}")
+        first = label(e.name, _subject(e))
+        print(f"{first:58} {base.outcome if base else '-':10} {patched.outcome:10} {verdict}")
         print(f"    patched: {patched.line}")
         for why in patched.skips:
             print(f"      skipped {why}")

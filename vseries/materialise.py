@@ -66,7 +66,17 @@ def ensure(route: str = "auto", quiet: bool = False, ws: Workspace | None = None
         )
     if ws.line and git.is_repo(ws.main.vllm) and git.rev(ws.main.vllm, pin.commit):
         return _line_from_main(ws, pin.commit, pin.tag)
-    if route in ("auto", "git") and not git.offline() and not ws.line:
+    # the pin is the source release's own commit (no remote has it): the git route cannot work
+    own = not ws.line and pinmod.synthetic(ws.pin_file)
+    if route == "git" and own:
+        raise SeriesError(
+            f"the pin {pin.commit[:12]} is the commit made from {pin.source.filename} "
+            f"({ws.rel(ws.pin_file)}'s rebase-note): no git remote has it",
+            "scripts/setup.sh   # without --source git: the verified source release",
+        )
+    if own and route == "auto":
+        print(f"materialise: the pin is {pin.source.filename}'s own commit; no git route to try")
+    if route in ("auto", "git") and not git.offline() and not ws.line and not own:
         try:
             by_git = release.submodule_by_git(ws.root, pin)
         except BaseException:  # Ctrl-C: never a half checkout for the next run to find

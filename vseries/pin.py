@@ -116,6 +116,15 @@ def load(path: Path | None = None) -> Pin:
     return pin
 
 
+def synthetic(path: Path) -> bool:
+    """True when the pin file's commit is the synthetic commit made from the source release
+    (the ``# rebase-note:`` that ``move`` writes): no git remote has that commit."""
+    return any(
+        ln.startswith(f"{NOTE}commit is the synthetic commit")
+        for ln in path.read_text().splitlines()
+    )
+
+
 def dump(pin: Pin, path: Path) -> None:
     """Rewrite the pin file's values in place, keeping its comments and layout."""
     text = path.read_text()

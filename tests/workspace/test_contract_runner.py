@@ -228,3 +228,12 @@ def test_a_misspelt_contract_is_named_with_the_files_there_are(tiny):
     ) as e:
         contract.check_all(Workspace.current(), base=False)
     assert e.value.fix.startswith("git diff -- patches/series")
+
+
+def test_a_row_names_its_patch_by_number_and_subject_cut_with_an_ellipsis():
+    """The table's first column read like the README's patch table: number and Subject, a
+    long one cut with an ellipsis (a file name cut at 58 ended in a stray "-.")."""
+    long = "[Perf][Kernel] Default per-tensor FP8 MoE to Triton on Hopper without EP"
+    assert contract.label("0001-Perf-Kernel-Default.patch", long) == f"0001 {long}"[:57] + "…"
+    assert contract.label("0002-x.patch", "[P] b", "retired ") == "retired 0002 [P] b"
+    assert contract.label("0001-x.patch") == "0001-x.patch"  # no file to read a Subject from

@@ -30,6 +30,13 @@ def superproject(tmp_path, pin, monkeypatch):
     return root
 
 
+def as_upstream_commit(root) -> None:
+    """The pin file without its rebase-note: its commit reads as one upstream's git has."""
+    pin_file = root / "upstream.toml"
+    lines = pin_file.read_text().splitlines(keepends=True)
+    pin_file.write_text("".join(ln for ln in lines if not ln.startswith("# rebase-note:")))
+
+
 @pytest.mark.slow
 def test_source_release_route_gives_a_clean_submodule(superproject, pin, capsys):
     vdir = materialise.ensure()
@@ -59,6 +66,7 @@ def test_files_in_vllm_that_are_no_checkout_are_kept(superproject):
 
 def test_git_route_without_network_falls_back(superproject, monkeypatch, capsys):
     monkeypatch.delenv("VSERIES_OFFLINE")
+    as_upstream_commit(superproject)
     git(
         superproject,
         "config",
@@ -118,6 +126,7 @@ def test_what_a_timed_out_git_route_left_goes_before_the_source_release(superpro
     """A git route killed half-way (its timeout) leaves files in vllm/; the fallback to the
     source release starts from an empty folder instead of refusing a folder it never had."""
     monkeypatch.delenv("VSERIES_OFFLINE")
+    as_upstream_commit(superproject)
 
     def half_checkout(top, pin):
         (top / "vllm" / "setup.py").write_text("half\n")
@@ -140,6 +149,7 @@ def test_an_interrupted_git_route_leaves_vllm_empty(superproject, monkeypatch):
     """Ctrl-C while the git route checks vllm/ out: the next run finds an empty folder, not a
     half checkout whose missing files apply would take for the user's uncommitted work."""
     monkeypatch.delenv("VSERIES_OFFLINE")
+    as_upstream_commit(superproject)
 
     def interrupted(top, pin):
         (top / "vllm" / "setup.py").write_text("half\n")
@@ -149,3 +159,31 @@ def test_an_interrupted_git_route_leaves_vllm_empty(superproject, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         materialise.ensure()
     assert list((superproject / "vllm").iterdir()) == []
+
+
+def test_a_pin_made_from_the_source_release_tries_no_git_route(superproject, monkeypatch, capsys):
+    """upstream.toml's rebase-note says the pin is the source release's own commit, which no
+    git remote has: set-up goes to the source release without trying GitHub (up to 300 s on a
+    host whose connections hang), and --source git says why it cannot work."""
+    from vseries import pin as pinmod
+
+    pin_file = superproject / "upstream.toml"
+    if not pinmod.synthetic(pin_file):  # the pin of the day may be upstream's own commit
+        text = pin_file.read_text().replace(
+            "\ncommit = ", f"\n{pinmod.NOTE}commit is the synthetic commit made from x\ncommit = "
+        )
+        pin_file.write_text(text)
+    assert pinmod.synthetic(pin_file)
+    monkeypatch.delenv("VSERIES_OFFLINE")
+    monkeypatch.setattr(release, "submodule_by_git", lambda *a: pytest.fail("git route tried"))
+
+    def fetch_source_release(package, artefact):
+        raise SeriesError("stop here")
+
+    monkeypatch.setattr(materialise.fetch, "fetch", fetch_source_release)
+    with pytest.raises(SeriesError, match="stop here"):
+        materialise.ensure()
+    assert "no git route to try" in capsys.readouterr().out
+    with pytest.raises(SeriesError, match="no git remote has it") as e:
+        materialise.ensure("git")
+    assert e.value.fix.startswith("scripts/setup.sh")
