@@ -45,7 +45,7 @@ pytestmark = pytest.mark.contract
 
 triton = pytest.importorskip("triton")
 
-from vseries.lab import recompile  # noqa: E402  (after importorskip)
+from vseries.lab import moe_reference, recompile  # noqa: E402  (after importorskip)
 
 recompile.use_vllm_tree()
 
@@ -202,25 +202,6 @@ def test_one_token_layer_is_two_triton_kernels(monkeypatch, mock_sm90):
     assert len(launched) == 2, f"{len(launched)} Triton launches: {names}"
 
 
-def _reference(x, w1, w2, s1, s2, tw, ti):
-    def q(t):
-        s = t.abs().max() / 448  # as scaled_fp8_quant: no floor, reciprocal scale
-        inv = torch.where(s == 0, 0.0, 1.0 / s)
-        return (t * inv).clamp(-448, 448).to(FP8).float() * s
-
-    xq, out = q(x.float()), torch.zeros(x.shape, device=x.device)
-    hs = []
-    for k in range(TOPK):
-        e = int(ti[0, k])
-        g = xq @ (w1[e].float() * s1[e]).T
-        hs.append((torch.nn.functional.silu(g[:, :I]) * g[:, I:]).to(x.dtype).float())
-    hq = q(torch.stack(hs))
-    for k in range(TOPK):
-        e = int(ti[0, k])
-        out += tw[0, k] * (hq[k] @ (w2[e].float() * s2[e]).T)
-    return out
-
-
 @pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
     reason="the decode path runs on SM90 GPUs",
@@ -232,7 +213,7 @@ def test_one_token_layer_kernels_and_numerics_cuda():
     w1, w2, s1, s2, x, tw, ti = _layer("cuda")
     kernel, silu = _decode_backend_kernel("cuda", s1, s2)
     out = _run(kernel, silu, w1, w2, x, tw, ti)
-    ref = _reference(x, w1, w2, s1, s2, tw, ti)
+    ref, _ = moe_reference.layer(w1, w2, s1, s2, x, tw, ti)
     err = float((out.float() - ref).abs().max() / ref.abs().max())
     assert err < 0.04, err
     graph = torch.cuda.CUDAGraph()
@@ -291,42 +272,14 @@ def _num_layer(case: str, m: int):
     return w1, w2, s1, s2, x, tw, ti, expert_map
 
 
-def _num_reference(w1, w2, s1, s2, x, tw, ti, expert_map, a1=None, a2=None):
-    """The layer in float32 on the dequantised weights, each GEMM's input quantised per tensor
-    as vLLM does (a given scale, or max|t| / 448; values times the reciprocal scale), the
-    intermediate rounded to the activation dtype where the kernels store it; also that
-    intermediate (for static scales)."""
-
-    def q(t, s):
-        s = s if s is not None else t.abs().max() / 448
-        inv = torch.where(s == 0, 0.0, 1.0 / s)
-        return (t * inv).clamp(-448, 448).to(FP8).float() * s
-
-    loc = ti.long() if expert_map is None else expert_map[ti.long().clamp(min=0)].long()
-    loc[ti < 0] = -1
-    valid, loc = loc >= 0, loc.clamp(min=0)
-    xq = q(x.float(), a1)
-    h = torch.zeros(*ti.shape, NUM_I)
-    for k in range(NUM_TOPK):
-        gu = torch.einsum("mh,mnh->mn", xq, w1[loc[:, k]].float() * s1[loc[:, k], None, None])
-        h[:, k] = torch.nn.functional.silu(gu[:, :NUM_I]) * gu[:, NUM_I:]
-    h = (h * valid[..., None]).to(x.dtype).float()
-    hq = q(h, a2)
-    out = torch.zeros(x.shape)
-    for k in range(NUM_TOPK):
-        y = torch.einsum("mi,mhi->mh", hq[:, k], w2[loc[:, k]].float() * s2[loc[:, k], None, None])
-        out += y * (tw[:, k].float() * valid[:, k])[:, None]
-    return out, h
-
-
 def _num_case(fd, case: str, m: int, static: bool, split) -> dict:
     """One call of the tree's ``fused_moe_fp8_decode`` against the reference."""
     w1, w2, s1, s2, x, tw, ti, expert_map = _num_layer(case, m)
     a1 = a2 = None
     if static:
-        _, h = _num_reference(w1, w2, s1, s2, x, tw, ti, expert_map)
+        _, h = moe_reference.layer(w1, w2, s1, s2, x, tw, ti, expert_map)
         a1, a2 = (x.float().abs().max() / 448).reshape(1), (h.abs().max() / 448).reshape(1)
-    ref, _ = _num_reference(w1, w2, s1, s2, x, tw, ti, expert_map, a1, a2)
+    ref, _ = moe_reference.layer(w1, w2, s1, s2, x, tw, ti, expert_map, a1, a2)
     config = dict(fd.get_decode_config(m, NUM_TOPK, NUM_H, NUM_I, 132))
     if split:
         config["SPLIT_K1"], config["SPLIT_K2"] = split
@@ -346,17 +299,8 @@ def _num_case(fd, case: str, m: int, static: bool, split) -> dict:
     }
 
 
-def _num_verdicts(rows: list[dict]) -> list[str]:
-    bad = []
-    for r in rows:
-        what = f"{r['case']}, {r['m']} tokens, {r['scales']} scales, split-K {r['split_k']}"
-        if not r["finite"]:
-            bad.append(f"{what}: output not finite (NaN/inf: a row left unwritten?)")
-        elif not r["remote_token_zero"]:
-            bad.append(f"{what}: the token routed only to other ranks has output")
-        elif not r["err"] < NUM_TOL:
-            bad.append(f"{what}: max |err| / max |ref| = {r['err']:.3f} >= {NUM_TOL}")
-    return bad
+def _num_what(r: dict) -> str:
+    return f"{r['case']}, {r['m']} tokens, {r['scales']} scales, split-K {r['split_k']}"
 
 
 def _cpu_child() -> None:
@@ -376,7 +320,8 @@ def test_every_batch_size_numerics_cpu_interpreter():
     for r in rows:
         print(r)
     assert len(rows) == len(NUM_CASES), output
-    assert not _num_verdicts(rows), _num_verdicts(rows)
+    bad = moe_reference.verdicts(rows, NUM_TOL, _num_what)
+    assert not bad, bad
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--cpu"]:

@@ -52,7 +52,7 @@ pytestmark = pytest.mark.contract
 
 triton = pytest.importorskip("triton")
 
-from vseries.lab import recompile  # noqa: E402  (after importorskip)
+from vseries.lab import moe_reference, recompile  # noqa: E402  (after importorskip)
 
 # Before vLLM is imported: a plain upstream tree must not take itself for a CPU build,
 # nor import the installed vLLM's modules.
@@ -87,39 +87,14 @@ def _ep_layer(m: int, device: str):
     return w1, w2, s1, s2, x, tw, ti, expert_map
 
 
-def _ep_reference(w1, w2, s1, s2, x, tw, ti, expert_map, a1=None, a2=None):
-    """This rank's share in float32 on the dequantised weights, the activations quantised per
-    tensor (a scale given, or the abs-max of this rank's rows); also the intermediate."""
-
-    def q(t, s):
-        s = s if s is not None else (t.abs().amax() / 448).clamp(min=1e-10)
-        return (t / s).clamp(-448, 448).to(FP8).float() * s
-
-    loc = expert_map[ti.long()].long()
-    valid = loc >= 0
-    loc = loc.clamp(min=0)
-    xq = q(x.float(), a1)
-    h = torch.zeros(*ti.shape, INTER, device=x.device)
-    for k in range(EP_TOPK):
-        g = torch.einsum("mh,mnh->mn", xq, w1[loc[:, k]].float() * s1[loc[:, k], None, None])
-        h[:, k] = torch.nn.functional.silu(g[:, :INTER]) * g[:, INTER:]
-    h = (h * valid[..., None]).to(x.dtype).float()
-    hq = q(h, a2)
-    out = torch.zeros(x.shape, device=x.device)
-    for k in range(EP_TOPK):
-        y = torch.einsum("mi,mhi->mh", hq[:, k], w2[loc[:, k]].float() * s2[loc[:, k], None, None])
-        out += y * (tw[:, k].float() * valid[:, k])[:, None]
-    return out, h
-
-
 def _ep_case(fused_experts_impl, m: int, dynamic: bool, device: str, poisoned) -> dict:
     """One call of the tree's fused_experts_impl under EP against the reference."""
     w1, w2, s1, s2, x, tw, ti, expert_map = _ep_layer(m, device)
     a1 = a2 = None
     if not dynamic:
-        _, h = _ep_reference(w1, w2, s1, s2, x, tw, ti, expert_map)
+        _, h = moe_reference.layer(w1, w2, s1, s2, x, tw, ti, expert_map)
         a1, a2 = (x.float().abs().amax() / 448).reshape(1), (h.abs().amax() / 448).reshape(1)
-    ref, _ = _ep_reference(w1, w2, s1, s2, x, tw, ti, expert_map, a1, a2)
+    ref, _ = moe_reference.layer(w1, w2, s1, s2, x, tw, ti, expert_map, a1, a2)
     with poisoned() as keep:
         out = fused_experts_impl(
             x, w1, w2, tw, ti, "silu", use_fp8_w8a8=True, global_num_experts=E_GLOBAL,
@@ -138,16 +113,9 @@ def _ep_case(fused_experts_impl, m: int, dynamic: bool, device: str, poisoned) -
 
 
 def _ep_verdicts(rows: list[dict]) -> list[str]:
-    bad = []
-    for r in rows:
-        what = f"EP, {r['m']} tokens, {r['scales']} scales"
-        if not r["finite"]:
-            bad.append(f"{what}: output not finite (NaN/inf)")
-        elif not r["remote_token_zero"]:
-            bad.append(f"{what}: the remote-only token has output")
-        elif not r["err"] < EP_TOL:
-            bad.append(f"{what}: max |err| / max |ref| = {r['err']:.3f} >= {EP_TOL}")
-    return bad
+    return moe_reference.verdicts(
+        rows, EP_TOL, lambda r: f"EP, {r['m']} tokens, {r['scales']} scales"
+    )
 
 
 # --- INT8 half: dynamic per-tensor INT8 activation scales --------------------------------

@@ -5,6 +5,7 @@ MoE paths (which kernels re-specialise on the token count), built on kernels.py 
 kernel lives, by release), triton_jit.py (Triton's binder, compiles and JIT cache, without a
 GPU where possible) and vllm_tree.py (import a plain vLLM tree as the one vLLM);
 platform.py: vLLM's platform as an SM90 H200 for host-side code on CPU-only hosts;
-standins.py: torch stand-ins of the fused-MoE CUDA ops for contracts under Triton's interpreter. The
+standins.py: torch stand-ins of the fused-MoE CUDA ops for contracts under Triton's interpreter;
+moe_reference.py: the float32 reference of a per-tensor FP8 MoE layer those contracts use. The
 contract tests and benchmarks import them; nothing in the verbs does.
 """
