@@ -186,16 +186,7 @@ def _int8_case(fused_experts_impl, m: int, device: str) -> dict:
 
 
 def _int8_verdicts(rows: list[dict]) -> list[str]:
-    bad = []
-    for r in rows:
-        what = f"INT8, {r['m']} tokens"
-        if "raised" in r:
-            bad.append(f"{what}: fused_experts raised: {r['raised']}")
-        elif not r["finite"]:
-            bad.append(f"{what}: output not finite (NaN/inf)")
-        elif not r["err"] < INT8_TOL:
-            bad.append(f"{what}: max |err| / max |ref| = {r['err']:.3f} >= {INT8_TOL}")
-    return bad
+    return moe_reference.verdicts(rows, INT8_TOL, lambda r: f"INT8, {r['m']} tokens")
 
 
 # --- CPU: Triton's interpreter, vLLM's CUDA ops as torch stand-ins (vseries.lab.standins) --

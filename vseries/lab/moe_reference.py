@@ -43,13 +43,17 @@ def layer(w1, w2, s1, s2, x, tw, ti, expert_map=None, a1=None, a2=None):
 
 
 def verdicts(rows: list[dict], tol: float, what: Callable[[dict], str]) -> list[str]:
-    """What is wrong with each row (keys ``finite``, ``remote_token_zero``, ``err`` = max |err|
-    / max |ref|), in words that start with ``what(row)``; empty when every row holds."""
+    """What is wrong with each row (keys ``raised`` when the call raised, else ``finite``,
+    ``err`` = max |err| / max |ref| and, where a token has no local expert,
+    ``remote_token_zero``), in words that start with ``what(row)``; empty when every row
+    holds."""
     bad = []
     for r in rows:
-        if not r["finite"]:
+        if "raised" in r:
+            bad.append(f"{what(r)}: the call raised: {r['raised']}")
+        elif not r["finite"]:
             bad.append(f"{what(r)}: output not finite (NaN/inf: a row left unwritten?)")
-        elif not r["remote_token_zero"]:
+        elif not r.get("remote_token_zero", True):
             bad.append(f"{what(r)}: the token routed only to other ranks has output")
         elif not r["err"] < tol:
             bad.append(f"{what(r)}: max |err| / max |ref| = {r['err']:.3f} >= {tol}")
