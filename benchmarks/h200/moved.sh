@@ -23,7 +23,7 @@
 #          the batch (benchmarks/decode_split.py)
 #   epcost benchmarks/ep_nan.py --time-only on base, base+0002, base+0005, series (EP_TREES)
 #   served benchmarks/served: waves of engine processes (served.sh), every process a record;
-#          WAVES names the waves to run (default "1 2 3 4 5"; 6 and 7: 48 layers); the
+#          WAVES names the waves to run (default "1 2 3 4 5"; 6 to 11: 48 layers, a pair each); the
 #          series' processes ask for its decode backend (--moe-backend triton_fp8_decode)
 #          but sa* (its auto)
 #   kbench 0003's layer benchmark in vLLM's benchmarks/kernels/ (the command its PR shows)
@@ -202,10 +202,18 @@ PY
           # series' step waits for the host); a pair per wave, one call each
           6) served_wave 6 330 Lbd1:base:fp8dyn:trace::48 Lsd1:series:fp8dyn:trace:$D:48 ;;
           7) served_wave 7 330 Lbs1:base:fp8static:trace::48 Lss1:series:fp8static:trace:$D:48 ;;
+          # second pairs at 48 layers, the series measuring first (turns alternate trees)
+          8) served_wave 8 300 Lsd2:series:fp8dyn::$D:48 Lbd2:base:fp8dyn:::48 ;;
+          9) served_wave 9 300 Lss2:series:fp8static::$D:48 Lbs2:base:fp8static:::48 ;;
+          10) served_wave 10 300 Lbd3:base:fp8dyn:::48 Lsd3:series:fp8dyn::$D:48 ;;
+          11) served_wave 11 300 Lbs3:base:fp8static:::48 Lss3:series:fp8static::$D:48 ;;
         esac
       done
+      # the layer rows only where a layer phase ran on this host (an unmatched glob stays
+      # literal and stopped the report)
+      mapfile -t lrows < <(compgen -G "$R/moe_layer-*.json")
       run_ws series 60 python3 -P -m benchmarks.served.report "$R"/served/*.json \
-        --layer "$R"/moe_layer-*.json --md "$R/served.md" --json "$R/served.json"
+        --layer "${lrows[@]}" --md "$R/served.md" --json "$R/served.json"
       ;;
     kbench)
       # 0003's own layer benchmark, the command its PR shows (vLLM's benchmarks/kernels/)
