@@ -43,8 +43,9 @@ def torch_spec(pin: pinmod.Pin, ws: Workspace) -> list[str]:
     return ["-r", str(ws.root / "requirements" / "cpu-host.txt"), f"triton=={pin.triton}"]
 
 
-def summary(pin: pinmod.Pin, vdir: Path) -> None:
-    """Print pin, source, patches applied, vllm.__version__ and whether the kernels load."""
+def summary(pin: pinmod.Pin, vdir: Path) -> bool:
+    """Print pin, source, patches applied, vllm.__version__ and whether the kernels load;
+    False when vllm does not import (the summary's vllm row says why)."""
     patches = git.run(vdir, "log", "--reverse", "--format=%h %s", f"{pin.commit}..HEAD")
     ok_v, version = host.probe(
         "import vllm, os; print(vllm.__version__, os.path.dirname(vllm.__file__))"
@@ -84,6 +85,17 @@ def summary(pin: pinmod.Pin, vdir: Path) -> None:
     print(f"  patches  {len(patches.splitlines())} applied")
     for line in patches.splitlines():
         print(f"    {line}")
+    return ok_v
+
+
+def require_import(ok: bool) -> None:
+    """A build whose vllm does not import has failed, whatever pip said."""
+    if not ok:
+        raise SeriesError(
+            "vllm does not import in this environment (the summary's vllm row above says why)",
+            f"{sys.executable} -c 'import vllm'   # the whole traceback; "
+            "then scripts/build.sh --reinstall",
+        )
 
 
 def build(reinstall: bool = False, ws: Workspace | None = None, show: bool = True) -> None:
@@ -126,7 +138,7 @@ def build(reinstall: bool = False, ws: Workspace | None = None, show: bool = Tru
             "to do (scripts/build.sh --reinstall redoes it)"
         )
         if show:
-            summary(pin, vdir)
+            require_import(summary(pin, vdir))
         return
     wheel = fetch.fetch(pin.package, pin.wheel)
     ok_t, tv = host.probe("import torch, triton; print(torch.__version__, triton.__version__)")
@@ -168,7 +180,7 @@ def build(reinstall: bool = False, ws: Workspace | None = None, show: bool = Tru
             "scripts/build.sh   # after fixing what pip reported",
         )
     if show:
-        summary(pin, vdir)
+        require_import(summary(pin, vdir))
 
 
 def main(args) -> int:
@@ -185,7 +197,7 @@ def main(args) -> int:
         return 0
     if args.summary_only:
         ws = Workspace.current()
-        summary(pinmod.load(ws.pin_file), ws.vllm)
+        require_import(summary(pinmod.load(ws.pin_file), ws.vllm))
     else:
         git.require_no_rebase_run(Workspace.current().rebase_state)
         build(reinstall=args.reinstall, show=not args.no_summary)

@@ -1,5 +1,7 @@
 """build refuses the precompiled path for a series that changes csrc/; the series lint."""
 
+import argparse
+
 import pytest
 from conftest import git, make_patch
 
@@ -77,3 +79,19 @@ def test_lint_refuses_a_gitlink_off_the_pin(tiny):
     assert f"next: git update-index --cacheinfo 160000,{want},vllm" in found
     git(tiny, "update-index", "--cacheinfo", f"160000,{want},vllm")
     assert lint_series.problems() == []
+
+
+def test_summary_fails_when_vllm_does_not_import(tiny, tmp_path, monkeypatch, capsys):
+    """`scripts/build.sh --summary-only` exited 0 with "import failed" in its vllm row; a
+    vllm that does not import (here: a broken package first on the path) now fails the
+    verb, with the command that shows the whole traceback."""
+    broken = tmp_path / "site" / "vllm"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('half-installed vllm')\n")
+    monkeypatch.setenv("PYTHONPATH", str(broken.parent))
+    args = argparse.Namespace(line_requirements=False, summary_only=True)
+    with pytest.raises(SeriesError, match="vllm does not import") as e:
+        build.main(args)
+    out = capsys.readouterr().out
+    assert "import failed: ImportError: half-installed vllm" in out
+    assert "-c 'import vllm'" in str(e.value) and "build.sh --reinstall" in str(e.value)
