@@ -129,7 +129,7 @@ def refresh(prune: bool = False, ws: Workspace | None = None) -> dict[str, list[
         if gone and not prune:
             raise _would_drop(ws, gone)
         for f, prev in exported:
-            new_entries.append(series.Entry(f.name, dict(prev.options) if prev else {}))
+            new_entries.append(prev.moved(f.name) if prev else series.Entry(f.name))
             dest = ws.patches / f.name
             if dest.exists() and filecmp.cmp(f, dest, shallow=False):
                 report["unchanged"].append(f.name)

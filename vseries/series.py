@@ -10,6 +10,7 @@ the workspace's tests/ (also once symbolic links are followed); ``load`` also re
 file that is a symbolic link out of patches/ (refresh would write through it).
 """
 
+import dataclasses
 import difflib
 import re
 import shlex
@@ -40,6 +41,12 @@ class Entry:
     name: str
     options: dict[str, str] = field(default_factory=dict)
     folder: Path | None = field(default=None, compare=False, repr=False)
+    # the user's own lines, kept when the series is written again: comment and blank lines
+    # above the entry (below the header), its line's ``# comment``, and the lines after the
+    # last entry
+    before: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    note: str = field(default="", compare=False, repr=False)
+    after: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def path(self) -> Path:
@@ -53,6 +60,22 @@ class Entry:
 
     def line(self) -> str:
         return " ".join([self.name, *(f"{k}={v}" for k, v in self.options.items())])
+
+    def lines(self) -> list[str]:
+        """The entry as written: the lines above it, its line (with its comment), the lines
+        after it."""
+        own = self.line() + (f"  {self.note}" if self.note else "")
+        return [*self.before, own, *self.after]
+
+    def moved(self, name: str, options: dict[str, str] | None = None) -> "Entry":
+        """This entry under another file name (refresh, rebase), its comments kept."""
+        return Entry(
+            name,
+            dict(self.options if options is None else options),
+            before=self.before,
+            note=self.note,
+            after=self.after,
+        )
 
 
 # A series entry is the name of a file in patches/: no folder, no control character.
@@ -135,12 +158,12 @@ def read(path: Path | None = None, ws: Workspace | None = None) -> tuple[list[st
             "of patch file names",
             f"git checkout -- {where}   # the committed series; or fix line {n} by hand",
         ) from None
-    header, entries = [], []
+    header, entries, pending = [], [], []
     for n, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
+        line, hash_, comment = raw.partition("#")
+        line = line.strip()
         if not line:
-            if not entries:
-                header.append(raw)
+            (pending if entries else header).append(raw)
             continue
         name, *opts = line.split()
         fix = f"git checkout -- {where}   # the committed series; or fix line {n} by hand"
@@ -163,7 +186,11 @@ def read(path: Path | None = None, ws: Workspace | None = None) -> tuple[list[st
             if problem:
                 raise SeriesError(f"{where}:{n}: {problem}", fix)
             options[k] = v
-        entries.append(Entry(name, options, path.parent))
+        note = (hash_ + comment).strip()
+        entries.append(Entry(name, options, path.parent, tuple(pending), note))
+        pending = []
+    if entries and pending:
+        entries[-1] = dataclasses.replace(entries[-1], after=tuple(pending))
     return header, entries
 
 
@@ -176,7 +203,9 @@ def restore_cmd(ws: Workspace, path: Path) -> str | None:
 
 def write(header: list[str], entries: list[Entry], path: Path) -> bool:
     """Write the series file; returns True when its bytes changed (else leaves it untouched)."""
-    text = "".join(h + "\n" for h in header) + "".join(e.line() + "\n" for e in entries)
+    text = "".join(h + "\n" for h in header) + "".join(
+        line + "\n" for e in entries for line in e.lines()
+    )
     if path.exists() and path.read_text() == text:
         return False
     path.write_text(text)

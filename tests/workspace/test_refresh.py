@@ -53,6 +53,34 @@ def test_refresh_exports_an_edit_and_keeps_options(tiny):
     assert series.load()[0].contract == "tests/c.py"
 
 
+def test_refresh_keeps_the_users_comments_in_the_series(tiny):
+    """refresh wrote patches/series from its entries alone, so a comment between entries, a
+    line's own comment and the lines after the last entry were lost; they now stay where they
+    were, also on a patch whose file name changes with its subject."""
+    vdir, folder = tiny / "vllm", tiny / "patches"
+    a = make_patch(vdir, folder, lambda r: (r / "b.py").write_text("x = 2\n"), "[P] b")
+    git(vdir, "-c", "user.name=t", "-c", "user.email=t@t", "am", "-q", str(a))
+    b = make_patch(vdir, folder, lambda r: (r / "a.py").write_text("y\n"), "[P] a")
+    git(vdir, "reset", "-q", "--hard", "HEAD~1")
+    text = (
+        "# my header\n"
+        f"{a.name} contract=tests/c.py  # carried until upstream takes it\n"
+        "\n"
+        "# the next one waits for review\n"
+        f"{b.name}\n"
+        "# end of the series\n"
+    )
+    (folder / "series").write_text(text)
+    apply.apply()
+    git(vdir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--amend", "-m",
+        "[P] a renamed")  # fmt: skip
+    report = refresh.refresh()
+    renamed = report["added"][0]
+    assert renamed != b.name and report["removed"] == [b.name]
+    assert (folder / "series").read_text() == text.replace(b.name, renamed)
+    assert [e.name for e in series.load()] == [a.name, renamed]
+
+
 def test_refresh_refuses_uncommitted_work(tiny):
     (tiny / "vllm" / "b.py").write_text("dirty\n")
     with pytest.raises(SeriesError, match="uncommitted changes"):

@@ -108,7 +108,7 @@ def _move(ws: Workspace, st: State, notes: list[str]) -> None:
     new_entries = series.load(ws, validate=False)
     series.write(
         header,
-        [series.Entry(e.name, c.options) for e, c in zip(new_entries, carried, strict=True)],
+        [e.moved(e.name, c.options) for e, c in zip(new_entries, carried, strict=True)],
         ws.series_file,
     )
     record_upstreamed(ws, st, notes)
