@@ -256,14 +256,23 @@ def load(
                 "which the series does not list: did you mean it?",
                 f"sed -i {rename_cmd(e.name, meant)} patches/series   # the line names {meant}",
             )
+    # the list edited by hand (a line deleted or misspelt): the committed list is the way
+    # back; a patch leaves the series only through patches/retired/ (CONTRIBUTING.md)
+    restore = restore_cmd(ws, ws.series_file)
+    relist = (
+        f"{restore}   # the committed list" if restore else "add each to patches/series in order"
+    ) + "; to drop a patch for good: CONTRIBUTING.md, 'Drop a patch'"
     for e in entries:
+        if unlisted and not e.path.exists():
+            raise SeriesError(
+                f"patches/series names {e.name}, which is missing, and patches/ holds "
+                f"{unlisted}, which the series does not list",
+                relist,
+            )
         if not (missing_ok and not e.path.exists()):
             patchfile.check(e.path, ws.root, restore_cmd(ws, e.path))
     if unlisted:
-        raise SeriesError(
-            f"patches/ holds {unlisted}, which patches/series does not list",
-            "add them to patches/series in order, or delete them",
-        )
+        raise SeriesError(f"patches/ holds {unlisted}, which patches/series does not list", relist)
     return entries
 
 

@@ -207,3 +207,24 @@ def test_a_stale_git_lock_gets_its_removal_as_the_next_step(one):
     lock.write_text("")
     ran = follow_hints(one, apply.apply)
     assert ran == [f"rm -f {lock}   # when no other git command runs in vllm/"]
+
+
+@pytest.mark.parametrize("edit", ["deleted", "misspelt"])
+def test_a_hand_edited_list_hints_the_committed_list_not_deleting_patches(one, edit):
+    """A series line deleted or misspelt by hand: the hint was "add them to patches/series in
+    order, or delete them" (and a misspelt line sent the user to a refresh that stopped on the
+    same). The committed list is the way back; the patch file is never deleted."""
+    git(one, "init", "-q")
+    git(one, "add", "patches", "upstream.toml")
+    git(one, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "workspace")
+    [entry] = series.load()
+    good, listed = entry.path.read_bytes(), (one / "patches" / "series").read_text()
+    line = "" if edit == "deleted" else "0001-something-else-entirely.patch\n"
+    (one / "patches" / "series").write_text(line)
+    with pytest.raises(SeriesError) as e:
+        apply.apply()
+    assert "delete them" not in str(e.value) and "Drop a patch" in str(e.value)
+    ran = follow_hints(one, apply.apply)
+    assert len(ran) == 1 and ran[0].startswith("git checkout -- patches/series   #")
+    assert (one / "patches" / "series").read_text() == listed
+    assert entry.path.read_bytes() == good
