@@ -103,8 +103,27 @@ def load(ws: Workspace) -> list[Record]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise SeriesError(f"{where} is not valid TOML: {e}", fix) from None
     known = set(Record.__dataclass_fields__)
+    records = data.get("patch", [])
+    if not isinstance(records, list) or not all(isinstance(d, dict) for d in records):
+        raise SeriesError(
+            f"{where}: each record is a [[patch]] table (a line [[patch]], two brackets, "
+            "above its keys)",
+            fix,
+        )
     out = []
-    for i, d in enumerate(data.get("patch", []), 1):
+    for i, d in enumerate(records, 1):
+        wrong = [
+            f"{k} = {v!r} (a {'list of strings' if k == 'evidence' else 'string'})"
+            for k, v in d.items()
+            if k in known
+            and not (
+                all(isinstance(x, str) for x in v)
+                if k == "evidence" and isinstance(v, list)
+                else isinstance(v, str)
+            )
+        ]
+        if wrong:
+            raise SeriesError(f"{where}: record {i}: {', '.join(wrong)}", fix)
         extra = sorted(set(d) - known)
         if "name" not in d or "subject" not in d or extra:
             raise SeriesError(

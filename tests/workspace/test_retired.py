@@ -3,6 +3,8 @@ a guard on the pin; a dropped one's is kept for reading and never run (it fails 
 design). The real file is held to what it says: the dropped rope patch is out of the series,
 its last version kept in patches/retired/."""
 
+import argparse
+
 import pytest
 from conftest import ROOT
 
@@ -55,6 +57,13 @@ def test_an_upstreamed_record_with_a_contract_is_a_guard():
         (('why = "no model reaches it"', 'why = "  "'), "dropped without a why"),
         (('kind = "dropped"', 'kind = "gone"'), "has kind 'gone'; known: upstreamed, dropped"),
         (('left_at = "v0.99.0"', 'left = "v0.99.0"'), "(unknown: ['left'])"),
+        # values of the wrong type gave a TypeError or AttributeError traceback, and a single
+        # [patch] table was read letter by letter
+        (('contract = "tests/contract_b.py"', "contract = 5"), "contract = 5 (a string)"),
+        (('why = "no model reaches it"', "why = 3"), "why = 3 (a string)"),
+        (('name = "0002-Kernel-b.patch"', "name = [1]"), "name = [1] (a string)"),
+        (('left_at = "v0.99.0"', "evidence = [1]"), "evidence = [1] (a list of strings)"),
+        (("[[patch]]", "[patch]"), "each record is a [[patch]] table"),
     ],
 )
 def test_a_record_a_reader_cannot_use_is_refused_with_the_fix(tiny, change, said):
@@ -109,3 +118,12 @@ def test_a_dropped_patch_s_why_is_printed_as_a_whole_sentence():
     assert contract.first_sentence("One. Two.") == "One."
     assert contract.first_sentence("x" * 400).endswith("...")
     assert len(contract.first_sentence("x" * 400)) == 300
+
+
+def test_the_contract_tier_reads_the_records_before_any_run(tiny, monkeypatch):
+    """A record it cannot read stopped the contract tier only after every base and patched
+    run (minutes); it now stops first."""
+    put(tiny, DROPPED.replace('why = "no model reaches it"', "why = 3"))
+    monkeypatch.setattr(contract, "check_all", lambda *a, **k: pytest.fail("ran the contracts"))
+    with pytest.raises(SeriesError, match="why = 3"):
+        contract.main(argparse.Namespace(patched_only=False))
