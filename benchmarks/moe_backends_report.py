@@ -103,8 +103,8 @@ def plot(points: list[dict], out: Path) -> None:
     plots.save(fig, out, "Per-tensor FP8 MoE layer on an H200: v0.34.0's backends and the series")
 
 
-def main() -> int:
-    a = report_page.parser(__doc__).parse_args()
+def main(argv: list[str] | None = None) -> int:
+    a = report_page.parse(__doc__, argv)
     base, series = load(a.base), load(a.series)
     text, points = table(base, series)
     runs = f"{len(a.base)} run(s) of v0.34.0 and {len(a.series)} of the series"

@@ -110,8 +110,8 @@ def plot(points: list[dict], out: Path) -> None:
     plots.save(fig, out, "Per-tensor FP8 MoE layer, H200: v0.34.0 (TRITON) vs the series")
 
 
-def main() -> int:
-    a = report_page.parser(__doc__).parse_args()
+def main(argv: list[str] | None = None) -> int:
+    a = report_page.parse(__doc__, argv)
     base, series = load_runs(a.base), load_runs(a.series)
     text, points = table(base, series)
     runs = f"{len(base)} runs of v0.34.0 and {len(series)} of the series, alternating"

@@ -107,7 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="output path without suffix")
     ap.add_argument("--title", default="")
     a = ap.parse_args(argv)
-    rows, metas = load(a.inputs)
+    try:
+        rows, metas = load(a.inputs)
+    except ValueError as e:
+        ap.error(str(e))
+    present = sorted({str(r.get("variant")) for r in rows})
+    if a.ref not in present:
+        ap.error(f"--ref {a.ref}: no rows of that variant; present: {', '.join(present) or 'none'}")
     text, variants = table(rows, a.ref)
     meta = "\n".join(
         f"- `{m.get('variant') or m.get('bench')}`: `{m.get('command')}` on {m.get('gpu')}, "

@@ -31,6 +31,28 @@ def parser(doc: str) -> argparse.ArgumentParser:
     return ap
 
 
+def parse(doc: str, argv: list[str] | None = None) -> argparse.Namespace:
+    """The reports' arguments, checked before anything is read for the table or written:
+    every file is a result file, each file's header says the tree its flag names (a swapped
+    pair would print an inverted table), and the notes exist. A usage error says which."""
+    ap = parser(doc)
+    a = ap.parse_args(argv)
+    for flag, tree, other in (("--base", "base", "series"), ("--series", "series", "base")):
+        for f in getattr(a, tree):
+            try:
+                head, _ = results.load(f)
+            except ValueError as e:
+                ap.error(f"{flag}: {e}")
+            if head.get("variant") == other:
+                ap.error(
+                    f"{flag} {f} holds runs of the {other} tree (its header says variant "
+                    f"{other!r}): swap the files of --base and --series"
+                )
+    if a.notes and not a.notes.is_file():
+        ap.error(f"--notes {a.notes}: no such file")
+    return a
+
+
 def series_header(a: argparse.Namespace) -> dict[str, Any]:
     """The header of the first series file (sorted by name): where the runs ran."""
     head, _ = results.load(sorted(a.series)[0])

@@ -89,6 +89,27 @@ def write(path: str | Path, head: dict[str, Any], rows: Sequence[Row]) -> None:
 LEGACY_ROW = {"case": "shape", "batch": "m"}
 
 
+def read_json(path: str | Path) -> Any:
+    """A JSON file's value.
+
+    Raises:
+        ValueError: the file is missing, unreadable or not JSON (the message names it and
+            says which; the report tools turn it into their usage error).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: cannot be read ({e})") from None
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        what = "empty" if not text.strip() else f"not JSON ({e})"
+        raise ValueError(f"{path}: {what}") from None
+
+
 def load(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Read a result file: (header, rows).
 
@@ -99,9 +120,9 @@ def load(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     file's.
 
     Raises:
-        OSError, ValueError: the file cannot be read or is not a result file.
+        ValueError: the file is missing, unreadable, not JSON or not a result file.
     """
-    data = json.loads(Path(path).read_text())
+    data = read_json(path)
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
         raise ValueError(f"{path} is not a result file (no rows)")
     if isinstance(data.get("header"), dict):

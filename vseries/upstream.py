@@ -29,7 +29,18 @@ HERE = Path(__file__).resolve().parent.parent
 def load_selections(path: Path) -> list[dict]:
     """The [[select]] tables of tests/upstream.toml (keys: patch, path, k, patched_only, timeout,
     jobs, name: what --only matches exactly, where patch and path do not tell selections apart)."""
-    return tomllib.loads(path.read_text()).get("select", [])
+    try:
+        sels = tomllib.loads(path.read_text()).get("select", [])
+    except FileNotFoundError:
+        raise ValueError(f"--select {path}: no such file") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ValueError(f"--select {path}: not a TOML file ({e})") from None
+    for i, sel in enumerate(sels if isinstance(sels, list) else [sels], 1):
+        if not isinstance(sel, dict) or not all(
+            isinstance(sel.get(k), str) and sel.get(k) for k in ("patch", "path")
+        ):
+            raise ValueError(f"--select {path}: [[select]] {i} needs patch and path (strings)")
+    return sels
 
 
 def pick(sels: list[dict], only: list[str]) -> list[dict]:
@@ -154,9 +165,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the Markdown report here too")
     ap.add_argument("--jobs", type=int, default=1, help="pytest-xdist workers per run (-n)")
     a = ap.parse_args(argv)
-    sels = pick(load_selections(a.select), a.only or [])
+    for flag, tree in (("--base", a.base), ("--patched", a.patched)):
+        if tree is not None and not (tree / "tests").is_dir():
+            ap.error(f"{flag} {tree}: not a vLLM tree (no tests/ folder)")
+    try:
+        every = load_selections(a.select)
+    except ValueError as e:
+        ap.error(str(e))
+    sels = pick(every, a.only or [])
     if not sels:
-        print("upstream: no selection to run", file=sys.stderr)
+        names = sorted({s.get("name") or s["patch"] for s in every})
+        print(
+            f"upstream: no selection to run ({'--only ' + ', '.join(a.only) if a.only else 'empty'}"
+            f" matched none); the selections: {', '.join(names) or 'none'}",
+            file=sys.stderr,
+        )
         return 5
     if any(int(s.get("jobs", a.jobs)) > 1 for s in sels) and not has_xdist():
         print(

@@ -296,9 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     a = ap.parse_args(argv)
     pairs = [(arch, f) for arch in a.arch for f in (a.flavour or shapes.SERVED[arch].flavours)]
-    for arch, flavour in pairs:  # every error before the tokenizer is trained
+    for arch, flavour in pairs:  # every error (a depth too, for each arch) before any write
         try:
-            check_flavour(arch, flavour)
+            model_config(arch, flavour, a.layers)
         except ValueError as e:
             ap.error(str(e))
     tok = train_tokenizer()

@@ -338,12 +338,23 @@ def main(argv=None) -> int:
     ap.add_argument("--ref", default="base", help="the reference tree (base)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/e2e.md"))
     a = ap.parse_args(argv)
+    # checked before anything is written: --out defaults to the committed table
+    missing = [str(f) for f in a.files if not f.is_file()]
+    if missing:
+        ap.error(f"no such file: {', '.join(missing)}")
+    recs = records.read(a.files)
+    if not recs:
+        ap.error(f"no records in {', '.join(map(str, a.files))} (JSON lines of benchmarks/e2e)")
+    trees = {t for r in recs for t in [getattr(r, "tree", None), *getattr(r, "trees", [])] if t}
+    if a.ref not in trees:
+        ap.error(f"--ref {a.ref}: no records of that tree; present: {', '.join(sorted(trees))}")
     cmd = "python benchmarks/e2e/report.py " + " ".join(
         [*map(str, a.files), "--ref", a.ref, "--out", str(a.out)]
     )
-    build(a.files, a.ref, a.out, cmd)
+    text = build(a.files, a.ref, a.out, cmd)
     png = a.out.with_suffix(".png")
-    print(f"wrote {a.out}" + (f" and {png}" if png.exists() else " (nothing to plot)"))
+    plotted = f"]({png.name})" in text  # the page links its plot only when it drew one
+    print(f"wrote {a.out}" + (f" and {png}" if plotted else " (nothing to plot)"))
     return 0
 
 

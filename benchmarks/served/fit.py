@@ -16,6 +16,7 @@ stderr why the wave was split. A spec is ``name:tree:flavour[:trace[:backend[:la
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from benchmarks.e2e import models
@@ -90,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("wave")
     ap.add_argument("specs", nargs="+")
     a = ap.parse_args(argv)
+    if not (math.isfinite(a.gpu_mib) and a.gpu_mib > 0):
+        ap.error(f"--gpu-mib {a.gpu_mib}: the GPU's memory in MiB, a positive number")
+    if not (math.isfinite(a.kv_gib) and a.kv_gib >= 0):
+        ap.error(f"--kv-gib {a.kv_gib}: an engine's KV cache in GiB, 0 or more")
     gpu_gib = USABLE * a.gpu_mib / 1024
     cut = parts(a.specs, gpu_gib, a.kv_gib, a.arch)
     if len(cut) > 1:

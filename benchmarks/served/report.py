@@ -345,6 +345,38 @@ def build(
     return table1 + "\n\n" + table2 + ("\n\n" + table3 if tr else ""), slim
 
 
+RECORD_KEYS = ("name", "tree", "flavour")  # what every record has, a failed process's too
+
+
+def check_inputs(records: list[Path], layer: list[Path], shape: str) -> None:
+    """Every record is an engine's record, every --layer file a layer result file holding
+    rows of ``shape``.
+
+    Raises:
+        ValueError: which file is missing, not JSON, or of another kind; or which shapes the
+            layer files hold.
+    """
+    for p in records:
+        r = results.read_json(p)
+        missing = [k for k in RECORD_KEYS if k not in r] if isinstance(r, dict) else RECORD_KEYS
+        if missing:
+            raise ValueError(
+                f"{p}: not a served engine's record (no {', '.join(missing)}; "
+                "benchmarks/served/engine.py writes them)"
+            )
+    shapes = set()
+    for p in layer:
+        head, rows = results.load(p)
+        if head.get("bench") not in (None, "moe_layer") or not isinstance(head.get("variant"), str):
+            raise ValueError(f"--layer {p}: not a bench_moe_layer result file")
+        shapes |= {str(r.get("shape")) for r in rows}
+    if layer and shape not in shapes:
+        raise ValueError(
+            f"--shape {shape}: the layer files hold no rows of it; present: "
+            + ", ".join(sorted(shapes))
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("records", nargs="+", type=Path)
@@ -356,8 +388,14 @@ def main(argv: list[str] | None = None) -> int:
         "--waves-log", type=Path, help="moved.sh's log: each process's wave (older records)"
     )
     a = ap.parse_args(argv)
+    try:
+        check_inputs(a.records, a.layer, a.shape)
+    except ValueError as e:
+        ap.error(str(e))
     waves = {}
     if a.waves_log:
+        if not a.waves_log.is_file():
+            ap.error(f"--waves-log {a.waves_log}: no such file")
         raw = a.waves_log.read_bytes()
         waves = waves_from_log(
             (gzip.decompress(raw) if a.waves_log.suffix == ".gz" else raw).decode(errors="replace")
