@@ -148,3 +148,17 @@ def test_upstream_checks_trees_and_selection_before_running(tmp_path, capsys):
     shutil.copy(ROOT / "tests" / "upstream.toml", sel)
     assert upstream.main(["--patched", str(tree), "--select", str(sel), "--only", "zzz"]) == 5
     assert "the selections: " in capsys.readouterr().err
+
+
+def test_a_misspelt_bench_name_is_caught_and_the_series_names_none():
+    """bench=served_v034 left the figures out of the PR body without a word; prs now lists it
+    among the PR's problems with the names there are. The series' own names all match."""
+    from vseries import series
+    from vseries.prs import results as pr_results
+
+    found = ROOT / "benchmarks" / "results"
+    typo, known = pr_results.unmatched(found, [("served_v034", None), ("served_v0.34.0", None)])
+    assert typo == ["served_v034"] and "served_v0.34.0" in known
+    for e in series.load():
+        if "bench" in e.options:
+            assert pr_results.unmatched(found, pr_results.bench_names(e.options))[0] == [], e.name

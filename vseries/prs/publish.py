@@ -147,6 +147,14 @@ def write(
         d.mkdir()
         foreign = paths.checker(ws.root, ws.vllm, pr.commit or pin.commit)
         names = results.bench_names(pr.entry.options)
+        if "bench" in pr.entry.options:
+            typo, known = results.unmatched(found, names)
+            if typo:
+                pr.problems.append(
+                    f"patches/series: bench={','.join(typo)} matches no results under "
+                    f"benchmarks/results (its figures would be left out); names there: "
+                    f"{', '.join(known[:12])}{' ...' if len(known) > 12 else ''}"
+                )
         benches, names, notes, missing = prbody.upstream_only(
             results.load_results(found, names), names, foreign
         )

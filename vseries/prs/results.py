@@ -131,6 +131,23 @@ def load_results(results_dir: Path, names: list[tuple[str, str | None]]) -> list
     return out
 
 
+def unmatched(
+    results_dir: Path, names: list[tuple[str, str | None]]
+) -> tuple[list[str], list[str]]:
+    """(the names that match no results file, the names that would): a misspelt ``bench=``
+    left the figures out of the PR body without a word."""
+    stems = sorted(f.stem for f in results_dir.glob("*.md")) if results_dir.is_dir() else []
+    benches = set()
+    for f in sorted(results_dir.rglob("*.json")) if results_dir.is_dir() else []:
+        try:
+            benches.add(str(load(f)[0].get("bench")))
+        except (OSError, ValueError, TypeError):
+            continue
+    known = stems + sorted(benches - {"None"})
+    missing = [n for n, _ in names if not any(_matches(k, n) for k in known)]
+    return missing, known
+
+
 def _summary(ratios: dict[str, dict[str, list[float]]], what: dict[str, str]) -> list[str]:
     """'Speed-up of X (what[X]), per case: median, min, max' for each ratio column."""
     out = []
