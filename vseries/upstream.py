@@ -35,7 +35,9 @@ def load_selections(path: Path) -> list[dict]:
         raise ValueError(f"--select {path}: no such file") from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise ValueError(f"--select {path}: not a TOML file ({e})") from None
-    for i, sel in enumerate(sels if isinstance(sels, list) else [sels], 1):
+    if not isinstance(sels, list):
+        raise ValueError(f"--select {path}: the selections are [[select]] tables (two brackets)")
+    for i, sel in enumerate(sels, 1):
         if not isinstance(sel, dict) or not all(
             isinstance(sel.get(k), str) and sel.get(k) for k in ("patch", "path")
         ):

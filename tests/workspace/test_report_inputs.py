@@ -145,6 +145,9 @@ def test_upstream_checks_trees_and_selection_before_running(tmp_path, capsys):
     sel.write_text('[[select]]\npatch = "0003"\n')
     err = stops(upstream.main, ["--patched", str(tree), "--select", str(sel)], capsys)
     assert "[[select]] 1 needs patch and path" in err
+    sel.write_text('[select]\npatch = "0003"\npath = "tests/x.py"\n')
+    err = stops(upstream.main, ["--patched", str(tree), "--select", str(sel)], capsys)
+    assert "[[select]] tables (two brackets)" in err
     shutil.copy(ROOT / "tests" / "upstream.toml", sel)
     assert upstream.main(["--patched", str(tree), "--select", str(sel), "--only", "zzz"]) == 5
     assert "the selections: " in capsys.readouterr().err
