@@ -86,12 +86,7 @@ def load_results(results_dir: Path, names: list[tuple[str, str | None]]) -> list
     def label(f: Path) -> str:  # benchmarks/results/... as the workspace names it
         return f"{results_dir.parent.name}/{f.relative_to(results_dir.parent).as_posix()}"
 
-    files = []
-    for f in sorted(results_dir.rglob("*.json")):
-        try:
-            files.append((f, *load(f)))  # (file, header, rows)
-        except (OSError, ValueError, TypeError):
-            continue
+    files = _result_files(results_dir)
     out = []
     for name, ref in names:
         md = [f for f in sorted(results_dir.glob("*.md")) if _matches(f.stem, name)]
@@ -131,18 +126,24 @@ def load_results(results_dir: Path, names: list[tuple[str, str | None]]) -> list
     return out
 
 
+def _result_files(results_dir: Path) -> list[tuple[Path, dict, list[dict]]]:
+    """(file, header, rows) of every readable result file under ``results_dir``."""
+    files = []
+    for f in sorted(results_dir.rglob("*.json")) if results_dir.is_dir() else []:
+        try:
+            files.append((f, *load(f)))
+        except (OSError, ValueError, TypeError):
+            continue
+    return files
+
+
 def unmatched(
     results_dir: Path, names: list[tuple[str, str | None]]
 ) -> tuple[list[str], list[str]]:
     """(the names that match no results file, the names that would): a misspelt ``bench=``
     left the figures out of the PR body without a word."""
     stems = sorted(f.stem for f in results_dir.glob("*.md")) if results_dir.is_dir() else []
-    benches = set()
-    for f in sorted(results_dir.rglob("*.json")) if results_dir.is_dir() else []:
-        try:
-            benches.add(str(load(f)[0].get("bench")))
-        except (OSError, ValueError, TypeError):
-            continue
+    benches = {str(head.get("bench")) for _, head, _ in _result_files(results_dir)}
     known = stems + sorted(benches - {"None"})
     missing = [n for n, _ in names if not any(_matches(k, n) for k in known)]
     return missing, known
