@@ -290,13 +290,8 @@ def graph_saving_rows(recs: list[dict], batches: list[str], layer: dict) -> list
 def build(
     paths: list[Path], layer_paths: list[Path], shape: str, waves: dict | None = None
 ) -> tuple[str, list[dict]]:
-    recs = [json.loads(p.read_text()) for p in paths]
+    recs, layer_rows = read_inputs(paths, layer_paths, shape)
     batches = sorted({b for r in recs for b in r.get("tpot_ms", {})}, key=int)
-    layer_rows = []
-    for p in layer_paths:
-        data = json.loads(p.read_text())
-        tree = data["header"].get("variant", "?")
-        layer_rows += [{**r, "tree": tree} for r in data["rows"]]
     layer = layer_us(layer_rows, shape)
     table1 = results.markdown_table(
         ["process", "tree", "MoE backend", "start-up s"]
@@ -345,36 +340,44 @@ def build(
     return table1 + "\n\n" + table2 + ("\n\n" + table3 if tr else ""), slim
 
 
-RECORD_KEYS = ("name", "tree", "flavour")  # what every record has, a failed process's too
+# what a record has: its name, then its error (a failed process) or its tree and flavour
+RECORD_KEYS = ("name", "tree", "flavour")
 
 
-def check_inputs(records: list[Path], layer: list[Path], shape: str) -> None:
-    """Every record is an engine's record, every --layer file a layer result file holding
-    rows of ``shape``.
+def read_inputs(
+    records: list[Path], layer: list[Path], shape: str
+) -> tuple[list[dict], list[dict]]:
+    """(the engines' records, the layer rows, each with its file's tree): every record an
+    engine's record, every --layer file a layer result file holding rows of ``shape``.
 
     Raises:
         ValueError: which file is missing, not JSON, or of another kind; or which shapes the
             layer files hold.
     """
+    recs = []
     for p in records:
         r = results.read_json(p)
-        missing = [k for k in RECORD_KEYS if k not in r] if isinstance(r, dict) else RECORD_KEYS
+        need = RECORD_KEYS[:1] if isinstance(r, dict) and "error" in r else RECORD_KEYS
+        missing = [k for k in need if k not in r] if isinstance(r, dict) else RECORD_KEYS
         if missing:
             raise ValueError(
                 f"{p}: not a served engine's record (no {', '.join(missing)}; "
                 "benchmarks/served/engine.py writes them)"
             )
-    shapes = set()
+        recs.append(r)
+    rows = []
     for p in layer:
-        head, rows = results.load(p)
+        head, file_rows = results.load(p)
         if head.get("bench") not in (None, "moe_layer") or not isinstance(head.get("variant"), str):
             raise ValueError(f"--layer {p}: not a bench_moe_layer result file")
-        shapes |= {str(r.get("shape")) for r in rows}
+        rows += [{**r, "tree": head["variant"]} for r in file_rows]
+    shapes = {str(r.get("shape")) for r in rows}
     if layer and shape not in shapes:
         raise ValueError(
             f"--shape {shape}: the layer files hold no rows of it; present: "
             + ", ".join(sorted(shapes))
         )
+    return recs, rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -388,10 +391,6 @@ def main(argv: list[str] | None = None) -> int:
         "--waves-log", type=Path, help="moved.sh's log: each process's wave (older records)"
     )
     a = ap.parse_args(argv)
-    try:
-        check_inputs(a.records, a.layer, a.shape)
-    except ValueError as e:
-        ap.error(str(e))
     waves = {}
     if a.waves_log:
         if not a.waves_log.is_file():
@@ -400,7 +399,10 @@ def main(argv: list[str] | None = None) -> int:
         waves = waves_from_log(
             (gzip.decompress(raw) if a.waves_log.suffix == ".gz" else raw).decode(errors="replace")
         )
-    text, slim = build(a.records, a.layer, a.shape, waves)
+    try:
+        text, slim = build(a.records, a.layer, a.shape, waves)
+    except ValueError as e:  # read_inputs: a file or selector it cannot use, before any write
+        ap.error(str(e))
     print(text)
     if a.md:
         a.md.write_text(text)

@@ -106,7 +106,8 @@ def test_served_report_stops_cleanly_on_any_bytes(tmp_path_factory, data):
         rec = json.loads(data)
     except ValueError:
         rec = None
-    if isinstance(rec, dict) and all(k in rec for k in served_report.RECORD_KEYS):
+    need = served_report.RECORD_KEYS[:1] if isinstance(rec, dict) and "error" in rec else None
+    if isinstance(rec, dict) and all(k in rec for k in need or served_report.RECORD_KEYS):
         return  # a record after all (hypothesis seldom finds one)
     with pytest.raises(SystemExit) as e:
         served_report.main([str(p)])
@@ -165,3 +166,12 @@ def test_a_misspelt_bench_name_is_caught_and_the_series_names_none():
     for e in series.load():
         if "bench" in e.options:
             assert pr_results.unmatched(found, pr_results.bench_names(e.options))[0] == [], e.name
+
+
+def test_served_report_takes_a_failed_process_s_record(tmp_path, capsys):
+    """A process that failed leaves only its name and error: the input check must let it
+    through, so that the table lists it as failed."""
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps({"name": "x", "error": "RuntimeError('boom')"}))
+    assert served_report.main([str(SERVED[0]), str(p)]) == 0
+    assert "| x | - | - | failed: RuntimeError('boom') |" in capsys.readouterr().out

@@ -139,6 +139,7 @@ def write(
         url = git.run(ws.vllm, "remote", "get-url", remote, check=False) or remote
         owner = (_github_repo(url) or "/").split("/")[0] or None
     found = ws.root / "benchmarks" / "results"
+    files = results.result_files(found)  # read once for every PR
     template = pr_template(ws.vllm, pin.commit)
     (out / "README.md").write_text(README)
     for _, pr in todo:
@@ -148,7 +149,7 @@ def write(
         foreign = paths.checker(ws.root, ws.vllm, pr.commit or pin.commit)
         names = results.bench_names(pr.entry.options)
         if "bench" in pr.entry.options:
-            typo, known = results.unmatched(found, names)
+            typo, known = results.unmatched(found, names, files)
             if typo:
                 pr.problems.append(
                     f"patches/series: bench={','.join(typo)} matches no results under "
@@ -156,7 +157,7 @@ def write(
                     f"{', '.join(known[:12])}{' ...' if len(known) > 12 else ''}"
                 )
         benches, names, notes, missing = prbody.upstream_only(
-            results.load_results(found, names), names, foreign
+            results.load_results(found, names, files), names, foreign
         )
         patch_id = git.patch_id(ws.vllm, pr.entry.path.read_text(errors="replace")) or ""
         review = checklist.read(ws.root, pr.slug, patch_id)

@@ -75,8 +75,11 @@ def _matches(bench: str, name: str) -> bool:
     return bench == name or bench.startswith(name + "-")
 
 
-def load_results(results_dir: Path, names: list[tuple[str, str | None]]) -> list[Bench]:
-    """The results for each (name, ref) of bench_names (see the module doc for the rules).
+def load_results(
+    results_dir: Path, names: list[tuple[str, str | None]], files: list | None = None
+) -> list[Bench]:
+    """The results for each (name, ref) of bench_names (see the module doc for the rules);
+    ``files``: result_files(results_dir) when the caller has read them already.
 
     Unreadable JSON files are skipped, not fatal: a half-written result must not block a PR.
     """
@@ -86,7 +89,7 @@ def load_results(results_dir: Path, names: list[tuple[str, str | None]]) -> list
     def label(f: Path) -> str:  # benchmarks/results/... as the workspace names it
         return f"{results_dir.parent.name}/{f.relative_to(results_dir.parent).as_posix()}"
 
-    files = _result_files(results_dir)
+    files = result_files(results_dir) if files is None else files
     out = []
     for name, ref in names:
         md = [f for f in sorted(results_dir.glob("*.md")) if _matches(f.stem, name)]
@@ -126,7 +129,7 @@ def load_results(results_dir: Path, names: list[tuple[str, str | None]]) -> list
     return out
 
 
-def _result_files(results_dir: Path) -> list[tuple[Path, dict, list[dict]]]:
+def result_files(results_dir: Path) -> list[tuple[Path, dict, list[dict]]]:
     """(file, header, rows) of every readable result file under ``results_dir``."""
     files = []
     for f in sorted(results_dir.rglob("*.json")) if results_dir.is_dir() else []:
@@ -138,12 +141,13 @@ def _result_files(results_dir: Path) -> list[tuple[Path, dict, list[dict]]]:
 
 
 def unmatched(
-    results_dir: Path, names: list[tuple[str, str | None]]
+    results_dir: Path, names: list[tuple[str, str | None]], files: list | None = None
 ) -> tuple[list[str], list[str]]:
     """(the names that match no results file, the names that would): a misspelt ``bench=``
-    left the figures out of the PR body without a word."""
+    left the figures out of the PR body without a word. ``files`` as for load_results."""
     stems = sorted(f.stem for f in results_dir.glob("*.md")) if results_dir.is_dir() else []
-    benches = {str(head.get("bench")) for _, head, _ in _result_files(results_dir)}
+    files = result_files(results_dir) if files is None else files
+    benches = {str(head.get("bench")) for _, head, _ in files}
     known = stems + sorted(benches - {"None"})
     missing = [n for n, _ in names if not any(_matches(k, n) for k in known)]
     return missing, known
