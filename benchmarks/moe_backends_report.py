@@ -3,7 +3,7 @@
 
 Per (shape, scales, M): v0.34.0's TRITON layer (``default`` of the base tree), v0.34.0's
 FLASHINFER_CUTLASS layer autotuned (``flashinfer``, static scales only: v0.34.0 gives it no
-dynamic per-tensor layer), the layer a v0.34.0 user gets by default on an H200 with FlashInfer
+dynamic per-tensor layer), the layer a v0.34.0 user gets by default on Hopper with FlashInfer
 installed (the oracle's first choice: FLASHINFER_CUTLASS for static, TRITON for dynamic), the
 series' decode backend (``default`` of the series tree, ``--moe-backend triton_fp8_decode``)
 and, where run, its decode path taken at every batch up to 16 tokens (``decode16``), also with
@@ -84,7 +84,7 @@ def table(base: dict, series: dict) -> tuple[str, list[dict]]:
     return results.markdown_table(head, lines), points
 
 
-def plot(points: list[dict], out: Path) -> None:
+def plot(points: list[dict], out: Path, gpu: str) -> None:
     panels = sorted({(p["shape"], p["dtype"]) for p in points})
     fig, axes = plots.grid(1, len(panels), (4.2, 3.6))
     colours = {"triton": "grey", "flashinfer": "tab:green", "series": "tab:blue",
@@ -99,8 +99,9 @@ def plot(points: list[dict], out: Path) -> None:
         plots.roofline_axis(ax, f"{shape}, {dtype}", "tokens (M)")
         ax.set_xscale("log", base=2)
         ax.set_ylim(0, 100)
-    axes[0][0].legend(fontsize=7)
-    plots.save(fig, out, "Per-tensor FP8 MoE layer on an H200: v0.34.0's backends and the series")
+    # the legend where every series has a line (dynamic panels have no FLASHINFER_CUTLASS)
+    max((ax for row in axes for ax in row), key=lambda ax: len(ax.get_lines())).legend(fontsize=7)
+    plots.save(fig, out, f"Per-tensor FP8 MoE layer, {gpu}: v0.34.0's backends and the series")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,18 +109,19 @@ def main(argv: list[str] | None = None) -> int:
     base, series = load(a.base), load(a.series)
     text, points = table(base, series)
     runs = f"{len(a.base)} run(s) of v0.34.0 and {len(a.series)} of the series"
-    intro = report_page.ran(runs, report_page.series_header(a)) + (
+    head = report_page.series_header(a)
+    intro = report_page.ran(runs, head) + (
         " The layer as vLLM's FP8 oracle builds it (the modular kernel: prepare, experts, "
         "finalize), per-tensor FP8 weights, static or dynamic per-tensor activation scales; "
         "CUDA-graph replay with 8 routings cycled; median of 30 replays. v0.34.0's default on "
-        "an H200 with FlashInfer: FLASHINFER_CUTLASS for static scales (autotuned by "
+        "Hopper with FlashInfer: FLASHINFER_CUTLASS for static scales (autotuned by "
         "FlashInfer's own autotuner for the batch buckets up to 64 before timing, as vLLM's "
         "start-up does), TRITON for dynamic scales (FLASHINFER_CUTLASS takes no dynamic "
         "per-tensor layer)."
     )
     title = "FP8 MoE layer on v0.34.0: its backends and the series"
     md = report_page.page(a, __file__, title, intro, text)
-    report_page.write(a, md, lambda png: plot(points, png))
+    report_page.write(a, md, lambda png: plot(points, png, head.get("gpu", "")))
     return 0
 
 

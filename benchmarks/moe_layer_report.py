@@ -93,7 +93,7 @@ def table(base: list[dict], series: list[dict]) -> tuple[str, list[dict]]:
     return results.markdown_table(head, lines), points
 
 
-def plot(points: list[dict], out: Path) -> None:
+def plot(points: list[dict], out: Path, gpu: str) -> None:
     shapes = sorted({p["shape"] for p in points})
     fig, axes = plots.grid(1, len(shapes), (5, 3.8))
     for ax, shape in zip(axes[0], shapes, strict=True):
@@ -107,7 +107,7 @@ def plot(points: list[dict], out: Path) -> None:
         plots.roofline_axis(ax, shape, "tokens (M)")
         ax.set_ylim(0, 100)
     axes[0][0].legend(fontsize=7)
-    plots.save(fig, out, "Per-tensor FP8 MoE layer, H200: v0.34.0 (TRITON) vs the series")
+    plots.save(fig, out, f"Per-tensor FP8 MoE layer, {gpu}: v0.34.0 (TRITON) vs the series")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     base, series = load_runs(a.base), load_runs(a.series)
     text, points = table(base, series)
     runs = f"{len(base)} runs of v0.34.0 and {len(series)} of the series, alternating"
-    intro = report_page.ran(runs, report_page.series_header(a), clocks=True) + (
+    head = report_page.series_header(a)
+    intro = report_page.ran(runs, head, clocks=True) + (
         " The layer as vLLM's FP8 oracle builds it (the modular kernel: prepare, experts, "
         "finalize) for the TRITON backend on v0.34.0 and for the series' decode backend "
         "(`--moe-backend triton_fp8_decode`), per-tensor FP8 weights, static or dynamic per-tensor "
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     title = "FP8 MoE layer on v0.34.0: the series against v0.34.0"
     md = report_page.page(a, __file__, title, intro, text)
-    report_page.write(a, md, lambda png: plot(points, png))
+    report_page.write(a, md, lambda png: plot(points, png, head.get("gpu", "")))
     return 0
 
 

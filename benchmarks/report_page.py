@@ -5,7 +5,7 @@ Each reads ``bench_moe_layer.py`` result files of the base tree (``--base``) and
 (``--series``) and writes ``<out>.md`` and ``<out>.png``. The page: the title; a paragraph
 that says how many runs ran where (``ran``: the GPU, torch, Triton, and the read bandwidth
 from the header of the first series file) followed by the report's own method; the table; the
-plot; the notes (``--notes``); and the "Made by" line with the H200 command (``--command``)
+plot; the notes (``--notes``); and the "Made by" line with the GPU command (``--command``)
 and the report's own command line.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from vseries import results
 
-MADE_BY = "see benchmarks/results/README.md"  # where the H200 command is, when not given
+MADE_BY = "see benchmarks/results/README.md"  # where the GPU command is, when not given
 
 
 def parser(doc: str) -> argparse.ArgumentParser:
@@ -26,7 +26,7 @@ def parser(doc: str) -> argparse.ArgumentParser:
     ap.add_argument("--base", nargs="+", required=True)
     ap.add_argument("--series", nargs="+", required=True)
     ap.add_argument("--out", required=True, help="path without suffix: .md and .png are written")
-    ap.add_argument("--command", default="", help="the H200 command that made the runs")
+    ap.add_argument("--command", default="", help="the GPU command that made the runs")
     ap.add_argument("--notes", type=Path, help="a Markdown file: what the table shows, after it")
     return ap
 
@@ -62,10 +62,10 @@ def series_header(a: argparse.Namespace) -> dict[str, Any]:
 def ran(runs: str, head: dict[str, Any], clocks: bool = False) -> str:
     """The sentence that says where ``runs`` (e.g. "6 runs of v0.34.0 and 6 of the series")
     ran, from a result header: the GPU (and its clocks), torch, Triton, the read bandwidth."""
-    gpu = f"{head.get('gpu')}, clocks {head.get('clocks')}" if clocks else f"{head.get('gpu')}"
+    gpu = f"{head.get('gpu')} (clocks {head.get('clocks')})" if clocks else f"{head.get('gpu')}"
     bw = head.get("read_bandwidth_Bps") or 0
     return (
-        f"{runs}, one H200 ({gpu}), torch {head.get('torch')}, Triton {head.get('triton')}; "
+        f"{runs}, one {gpu}, torch {head.get('torch')}, Triton {head.get('triton')}; "
         f"read bandwidth {bw / 1e12:.2f} TB/s measured in the same run."
     )
 

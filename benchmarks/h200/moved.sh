@@ -23,7 +23,7 @@
 #          the batch (benchmarks/decode_split.py)
 #   epcost benchmarks/ep_nan.py --time-only on base, base+0002, base+0005, series (EP_TREES)
 #   served benchmarks/served: waves of engine processes (served.sh), every process a record;
-#          WAVES names the waves to run (default "1 2 3 4 5"; 6 to 11: 48 layers, a pair each); the
+#          WAVES names the waves to run (default "1 2 3 4 5"; 6 to 13: 48 layers, a pair each); the
 #          series' processes ask for its decode backend (--moe-backend triton_fp8_decode)
 #          but sa* (its auto)
 #   kbench 0003's layer benchmark in vLLM's benchmarks/kernels/ (the command its PR shows)
@@ -206,7 +206,11 @@ PY
           8) served_wave 8 300 Lsd2:series:fp8dyn::$D:48 Lbd2:base:fp8dyn:::48 ;;
           9) served_wave 9 300 Lss2:series:fp8static::$D:48 Lbs2:base:fp8static:::48 ;;
           10) served_wave 10 300 Lbd3:base:fp8dyn:::48 Lsd3:series:fp8dyn::$D:48 ;;
-          11) served_wave 11 300 Lbs3:base:fp8static:::48 Lss3:series:fp8static::$D:48 ;;
+          11) served_wave 11 300 Lbs4:base:fp8static:::48 Lss3:series:fp8static::$D:48 ;;
+          # the series as it is (auto: 0001's TRITON; 0004's configs on an H200) against
+          # v0.34.0's autotuned FLASHINFER_CUTLASS at 48 layers: 0001 on its own
+          12) served_wave 12 300 Lsa1:series:fp8static:::48 Lbs3:base:fp8static:::48 ;;
+          13) served_wave 13 300 Lbs5:base:fp8static:::48 Lsa2:series:fp8static:::48 ;;
         esac
       done
       # the layer rows only where a layer phase ran on this host (an unmatched glob stays

@@ -456,10 +456,10 @@ def test_report_page_says_where_the_runs_ran_and_how_the_page_was_made(tmp_path)
     a = ap.parse_args(["--base", "b.json", "--series", *series, "--out", str(tmp_path / "x")])
     found = report_page.series_header(a)  # the first series file by name: s1
     assert report_page.ran("1 run of v0.34.0 and 2 of the series", found) == (
-        "1 run of v0.34.0 and 2 of the series, one H200 (NVIDIA H200), torch 2.14.0, Triton "
+        "1 run of v0.34.0 and 2 of the series, one NVIDIA H200, torch 2.14.0, Triton "
         "3.8.0; read bandwidth 4.38 TB/s measured in the same run."
     )
-    assert "one H200 (NVIDIA H200, clocks 1980 MHz), torch" in report_page.ran("r", found, True)
+    assert "one NVIDIA H200 (clocks 1980 MHz), torch" in report_page.ran("r", found, True)
     md = report_page.page(a, "/any/benchmarks/moe_layer_report.py", "Title", "Intro.", "| t |")
     assert md == (
         "# Title\n\nIntro.\n\n| t |\n\n![plot](x.png)\n\nMade by: `see benchmarks/results/"
@@ -498,7 +498,7 @@ def test_layer_reports_write_their_page_and_plot(script, tmp_path):
     md = out.with_suffix(".md").read_text()
     assert md.startswith("# FP8 MoE layer on v0.34.0: ") and out.with_suffix(".png").stat().st_size
     first = md.split("\n\n")[1]
-    assert first.startswith("1 run") and "one H200 (NVIDIA H200" in first
+    assert first.startswith("1 run") and "one NVIDIA H200" in first
     assert "read bandwidth 4.30 TB/s measured in the same run. The layer as" in first
     assert md.endswith(f"table: `python benchmarks/{script}.py --base {tmp_path / 'base.json'} "
                        f"--series {tmp_path / 'series.json'} --out {out}`\n")  # fmt: skip
