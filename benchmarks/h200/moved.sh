@@ -76,7 +76,7 @@ PY
       done
       ;;
     tests)
-      run_in series 300 python3 -m pytest -q -p no:cacheprovider -x \
+      run_in series 300 python3 -m pytest -q -p no:cacheprovider -rf \
         tests/kernels/moe/test_fused_moe_fp8_decode.py --junitxml "$R/decode-series.xml"
       run_in series 150 python3 -m pytest -q -p no:cacheprovider \
         tests/kernels/moe/test_fused_moe_jit_warmup.py tests/kernels/moe/test_fp8_oracle_hopper_default.py \
