@@ -21,7 +21,7 @@
 #          trees alternating base, series (ROUNDS, default 1); BENCH_ARGS replaces the
 #          shapes, e.g. "--shapes dsv3-tp8 --decode16-split-by-batch" adds split-K sized from
 #          the batch (benchmarks/decode_split.py)
-#   epcost benchmarks/ep_nan.py --time-only on base, base+0002, base+0005, series (EP_TREES)
+#   epcost benchmarks/ep_nan.py --time-only on base, base+0002, base+0004, series (EP_TREES)
 #   served benchmarks/served: waves of engine processes (served.sh), every process a record;
 #          WAVES names the waves to run (default "1 2 3 4 5"; 6 to 13: 48 layers, a pair each); the
 #          series' processes ask for its decode backend (--moe-backend triton_fp8_decode)
@@ -102,7 +102,7 @@ PY
         --junitxml "$R/warmup-series.xml"
       ;;
     epnan)
-      # 0005's vLLM tests (in test_moe.py) on both trees (base: the series'
+      # 0004's vLLM tests (in test_moe.py) on both trees (base: the series'
       # test_moe.py beside its own, where they must fail), then benchmarks/ep_nan.py per
       # tree (numerics and the layer's time)
       t=tests/kernels/moe/test_moe_series.py
@@ -160,19 +160,19 @@ PY
     epcost)
       # which patch makes the series' fused_experts under EP slower than v0.34.0's: trees
       # of the base with one patch each (patch -p1 on a copy of the base; its tests left out)
-      for n in ${EP_PATCHES:-0002 0005}; do
+      for n in ${EP_PATCHES:-0002 0004}; do
         d=$(tree_dir "p$n")
         [ -d "$d" ] && continue
         cp -a "$(tree_dir base)" "$d"
         filterdiff_tests() { awk '/^diff --git a\/tests\//{skip=1} /^diff --git a\/vllm\//{skip=0} !skip'; }
         filterdiff_tests <patches/"$n"-*.patch | (cd "$d" && patch -p1 -s) || echo "!!! p$n did not apply"
       done
-      for t in ${EP_TREES:-base p0005 p0002 series}; do
+      for t in ${EP_TREES:-base p0004 p0002 series}; do
         run_ws "$t" 90 python3 -P -m benchmarks.ep_nan --variant "$t" --time-only \
           --out "$R/epcost-$t.json"
       done
       run_ws series 30 python3 -P -m benchmarks.ep_nan --compare "$R"/epcost-base.json \
-        "$R"/epcost-p0005.json "$R"/epcost-p0002.json "$R"/epcost-series.json
+        "$R"/epcost-p0004.json "$R"/epcost-p0002.json "$R"/epcost-series.json
       ;;
     served)
       install_wheel
@@ -194,7 +194,7 @@ PY
             bt2:base:fp8static::triton bs7:base:fp8static bt3:base:fp8static::triton \
             bs8:base:fp8static ;;
           # fifth processes of each arm; sa*: the series as it is with static scales (auto:
-          # 0001's TRITON with 0004's configs, against FLASHINFER_CUTLASS)
+          # 0001's TRITON, against FLASHINFER_CUTLASS)
           5) served_wave 5 270 bd5:base:fp8dyn sd5:series:fp8dyn::$D bs5:base:fp8static \
             ss5:series:fp8static::$D sa2:series:fp8static sa3:series:fp8static ;;
           # the model's full depth (48 layers, about 34 GiB an engine): a decode step twice as
@@ -207,7 +207,7 @@ PY
           9) served_wave 9 300 Lss2:series:fp8static::$D:48 Lbs2:base:fp8static:::48 ;;
           10) served_wave 10 300 Lbd3:base:fp8dyn:::48 Lsd3:series:fp8dyn::$D:48 ;;
           11) served_wave 11 300 Lbs4:base:fp8static:::48 Lss3:series:fp8static::$D:48 ;;
-          # the series as it is (auto: 0001's TRITON; 0004's configs on an H200) against
+          # the series as it is (auto: 0001's TRITON) against
           # v0.34.0's autotuned FLASHINFER_CUTLASS at 48 layers: 0001 on its own
           12) served_wave 12 300 Lsa1:series:fp8static:::48 Lbs3:base:fp8static:::48 ;;
           13) served_wave 13 300 Lbs5:base:fp8static:::48 Lsa2:series:fp8static:::48 ;;
