@@ -212,6 +212,10 @@ def check_upstreamed(ws: Workspace) -> list[tuple[retired.Record, Result]]:
         return [(r, run.result()) for r, run in zip(records, runs, strict=True)]
 
 
+# a retired patch's row: its number is the one it had then, which a later patch may now carry
+RETIRED = "retired, was "
+
+
 def label(name: str, subject: str = "", prefix: str = "") -> str:
     """A patch's first column: its number and Subject (else its file name), cut with an
     ellipsis to fit 58 characters."""
@@ -235,7 +239,7 @@ def report_upstreamed(rows) -> bool:
         verdict = "ok (still upstream)"
         if res.code != 0:
             verdict, good = "FAILS ON THE PIN: upstream regressed or reverted it", False
-        print(f"{label(r.name, r.subject, 'retired '):58} {res.outcome:10} {'-':10} {verdict}")
+        print(f"{label(r.name, r.subject, RETIRED):58} {res.outcome:10} {'-':10} {verdict}")
         since = f"; upstream since {r.taken_in}" if r.taken_in else ""
         print(
             f"    left the series at the move to {r.left_at}, its contract runs on the pin{since}"
@@ -258,7 +262,7 @@ def report_dropped(ws: Workspace) -> None:
     are not run (they fail on the pin by design)."""
     for r in retired.load(ws):
         if r.kind == retired.DROPPED:
-            name = label(r.name, r.subject, "retired ")
+            name = label(r.name, r.subject, RETIRED)
             print(f"{name:58} {'-':10} {'-':10} dropped at {r.left_at}: not run")
             print(f"    why: {first_sentence(r.why)}")
 
