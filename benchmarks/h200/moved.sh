@@ -26,6 +26,8 @@
 #          WAVES names the waves to run (default "1 2 3 4 5"; 6 to 13: 48 layers, a pair each); the
 #          series' processes ask for its decode backend (--moe-backend triton_fp8_decode)
 #          but sa* (its auto)
+#   sweep  benchmarks/decode_sweep.py: the decode kernels' split-K, K steps and stages swept
+#          at one token (SWEEP_ARGS: other shapes, batches, --grid), the fastest beside 0003's
 #   kbench 0003's layer benchmark in vLLM's benchmarks/kernels/ (the command its PR shows)
 #   latency vLLM's own `vllm bench latency` (batch 1, 1024 output tokens) on base and series
 #          (--moe-backend triton_fp8_decode)
@@ -156,6 +158,15 @@ PY
         run_in series "${BENCH_TIMEOUT:-200}" python3 -m benchmarks.bench_moe_layer \
           --variant series --decode16 --out "$R/moe_layer-series-r$r.json" "${bench_args[@]}"
       done
+      ;;
+    sweep)
+      # the decode kernels under other launch configurations (benchmarks/decode_sweep.py;
+      # SWEEP_ARGS replaces its defaults: Qwen3-30B-A3B and DeepSeek-V3 TP8, static, M=1, 18
+      # configurations each), then its table
+      read -ra sweep_args <<<"${SWEEP_ARGS:-}"
+      run_in series "${BENCH_TIMEOUT:-240}" python3 -m benchmarks.decode_sweep \
+        --variant series --out "$R/decode_sweep.json" "${sweep_args[@]}"
+      run_ws series 30 python3 -P -m benchmarks.decode_sweep --report "$R/decode_sweep.json"
       ;;
     epcost)
       # which patch makes the series' fused_experts under EP slower than v0.34.0's: trees
