@@ -5,7 +5,12 @@
 # -h/--help creates and installs nothing: the verb's help from the venv's python when there is
 # one, else from python3 >= 3.11 (vseries' command line is standard library), else a line.
 venv=${VSERIES_VENV:-.venv}
+# scripts/<verb>.sh are vseries' verbs; another script that sources this file
+# (benchmarks/h200/stage.sh) parses its own options
+verb_script=false
+[ "$(basename "$(dirname "$0")")" = scripts ] && verb_script=true
 for arg in "$@"; do
+  $verb_script || break
   case "$arg" in
     --) break ;;
     -h | --help)
@@ -37,7 +42,7 @@ done
 options_ok() {
   local verb
   verb=$(basename "$0" .sh)
-  [ "$verb" = setup ] && return 0
+  { [ "$verb" = setup ] || ! $verb_script; } && return 0
   VSERIES_ARGS_ONLY=1 VSERIES_PROG=$0 PYTHONDONTWRITEBYTECODE=1 "$1" -m vseries "$verb" "${@:2}"
 }
 if [ -z "${VIRTUAL_ENV:-}" ]; then

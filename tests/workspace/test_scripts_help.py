@@ -227,3 +227,34 @@ def test_an_interrupted_verb_says_how_to_go_on(monkeypatch, capsys):
     assert cli.main(["prs", "--no-tests"]) == 130
     err = capsys.readouterr().err
     assert err.startswith("prs.sh: interrupted\n  next: scripts/prs.sh --no-tests   #"), err
+
+
+def test_a_host_script_sourcing_the_venv_is_not_taken_for_a_verb(fresh, tmp_path):
+    """benchmarks/h200/stage.sh sources scripts/_venv.sh, which checked the options of a stale
+    venv's reinstall as ``python -m vseries stage ...``: 'invalid choice: stage' stopped the
+    staging after any pull that added a module. Its options are its own: with a stale stamp
+    the reinstall is reached (pip here is a stand-in that records and fails, so nothing is
+    installed)."""
+    copy = tmp_path / "copy"
+    shutil.copytree(fresh, copy)
+    (copy / "benchmarks" / "h200").mkdir(parents=True)
+    shutil.copy(ROOT / "benchmarks" / "h200" / "stage.sh", copy / "benchmarks" / "h200")
+    venv, shims = tmp_path / "venv", tmp_path / "bin"
+    venv.mkdir()
+    (venv / ".vseries-requirements").write_text("stale\n")
+    shims.mkdir()
+    (shims / "python").write_text(
+        '#!/bin/sh\nif [ "$1 $2" = "-m pip" ]; then echo "pip $*" >> "$PIP_LOG"; exit 1; fi\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    (shims / "python").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("VSERIES_VENV", "VSERIES_ROOT")}
+    env.update(VIRTUAL_ENV=str(venv), PATH=f"{shims}{os.pathsep}{env['PATH']}",
+               PIP_LOG=str(tmp_path / "pip.log"))  # fmt: skip
+    r = subprocess.run(
+        ["bash", "benchmarks/h200/stage.sh", "--download", "--attention"],
+        cwd=copy, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert "invalid choice" not in r.stderr, r.stderr
+    assert r.returncode != 0 and "installing the workspace requirements" in r.stdout, r.stdout
+    assert (tmp_path / "pip.log").read_text().startswith("pip -m pip install")
