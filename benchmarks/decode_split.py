@@ -1,4 +1,5 @@
-"""A split-K rule for the series' decode kernels to time beside the patch's own (issue 42).
+"""A split-K rule for the series' decode kernels to time beside the patch's own
+(docs/ROADMAP.md, "Decode at 3-16 tokens").
 
 The patch (``fused_moe_decode.get_decode_config``) sizes split-K from the programs one token
 runs (top-k experts x tiles), whatever the batch: on the DeepSeek-V3 TP8 shape (top-8,

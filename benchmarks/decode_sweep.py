@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The series' decode kernels under other launch configurations, timed as the layer benchmark
-times them (issue 42: the decode path near the read roofline at one to three tokens).
+times them (docs/ROADMAP.md, "Decode at 3-16 tokens": the decode path near the read roofline).
 
 ``fused_moe_decode.get_decode_config`` picks split-K, K steps and stages by rules chosen on an
 H200 (0003); at one token the Qwen3-30B-A3B layer reaches 42-54% of the read roofline. This
@@ -10,8 +10,9 @@ a float32 reference) once with the patch's own configuration (variant ``patch``)
 override from ``--grid`` (variant ``SPLIT_K1=2,num_stages=3`` and so on): the override replaces
 those keys of the patch's configuration, by patching the name the decode experts class calls,
 as ``benchmarks/decode_split.py`` does; the patch is unchanged. Every configuration compiles
-its own kernel variants (about 1-3 s each on an H200), so the default grid is small: 18
-configurations per shape, scale and batch.
+its own kernel variants (about 1-3 s each on an H200), so the default grid is small: split-K
+of both kernels and the stages, 18 configurations per shape, scale and batch; K steps
+(``BLOCK_K1``, ``BLOCK_K2``) and warps only when ``--grid`` names them.
 
     cd /root/vllm-series && PYTHONPATH=/root/site:/root/vllm-series:<ws> \\
         python3 -m benchmarks.decode_sweep --variant series --out decode_sweep.json
@@ -163,14 +164,29 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--report", metavar="JSON", help="print the table of a finished run")
     ap.add_argument("--variant", help="name of the tree (series: it needs the decode backend)")
-    ap.add_argument("--out")
-    ap.add_argument("--shapes", nargs="*", default=["qwen3-30b-a3b", "dsv3-tp8"],
-                    choices=list(shapes.MOE_SHAPES))  # fmt: skip
-    ap.add_argument("--batches", nargs="*", type=int, default=[1])
-    ap.add_argument("--scales", nargs="*", default=["static"], choices=["static", "dynamic"])
-    ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--grid", nargs="*", metavar="KEY=v1,v2", type=lambda s: s,
-                    help=f"the configurations to try (default: {GRID})")  # fmt: skip
+    ap.add_argument("--out", help="the result file (JSON), rewritten after every configuration")
+    ap.add_argument(
+        "--shapes",
+        nargs="+",
+        default=["qwen3-30b-a3b", "dsv3-tp8"],
+        choices=list(shapes.MOE_SHAPES),
+        help="model shapes (benchmarks/shapes.py)",
+    )
+    ap.add_argument(
+        "--batches", nargs="+", type=int, default=[1], help="tokens per call, 1 to 16 (default 1)"
+    )
+    ap.add_argument(
+        "--scales",
+        nargs="+",
+        default=["static"],
+        choices=["static", "dynamic"],
+        help="activation scales (default static)",
+    )
+    ap.add_argument("--reps", type=int, default=30, help="CUDA-graph replays per timing")
+    default = " ".join(f"{k}={','.join(map(str, v))}" for k, v in GRID.items())
+    ap.add_argument("--grid", nargs="+", metavar="KEY=v1,v2",
+                    help=f"the configurations to try, KEY one of {', '.join(KEYS)} "
+                         f"(default: {default})")  # fmt: skip
     a = ap.parse_args(argv)
     if a.report:
         print(report(a.report), end="")
@@ -183,6 +199,15 @@ def main(argv: list[str] | None = None) -> int:
         a.grid = parse_grid(a.grid) if a.grid else None
     except argparse.ArgumentTypeError as exc:
         ap.error(str(exc))
+    import torch
+
+    if not torch.cuda.is_available():
+        print(
+            "decode_sweep: no CUDA GPU here; the sweep runs on an SM90 GPU (moved.sh phase "
+            "sweep), --report JSON prints a finished run's table anywhere",
+            file=sys.stderr,
+        )
+        return 2
     return run(a)
 
 

@@ -26,8 +26,9 @@
 #          WAVES names the waves to run (default "1 2 3 4 5"; 6 to 13: 48 layers, a pair each); the
 #          series' processes ask for its decode backend (--moe-backend triton_fp8_decode)
 #          but sa* (its auto)
-#   sweep  benchmarks/decode_sweep.py: the decode kernels' split-K, K steps and stages swept
-#          at one token (SWEEP_ARGS: other shapes, batches, --grid), the fastest beside 0003's
+#   sweep  benchmarks/decode_sweep.py: the decode kernels' split-K and stages swept at one
+#          token (SWEEP_ARGS: other shapes, batches, --grid with K steps or warps), the
+#          fastest beside 0003's own configuration
 #   kbench 0003's layer benchmark in vLLM's benchmarks/kernels/ (the command its PR shows)
 #   latency vLLM's own `vllm bench latency` (batch 1, 1024 output tokens) on base and series
 #          (--moe-backend triton_fp8_decode)

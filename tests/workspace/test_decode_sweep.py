@@ -59,6 +59,15 @@ def test_the_command_line_refuses_what_it_cannot_run(capsys):
         assert e.value.code == 2 and says in capsys.readouterr().err
 
 
+def test_a_run_without_a_gpu_says_where_it_runs(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU: the sweep would run")
+    assert ds.main(["--variant", "series", "--out", str(tmp_path / "s.json")]) == 2
+    assert "moved.sh phase sweep" in capsys.readouterr().err
+    assert not (tmp_path / "s.json").exists()
+
+
 def _row(variant, us, m=1, err=0.01):
     return results.Row(ds.BENCH, "qwen3-30b-a3b", "static", m, variant, us, us - 0.5, us + 0.5,
                        40_000_000, 40_000_000 / (us * 1e-6) / 4.3e12 * 100,
