@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 STEP = 256  # the K step the patch's rule counts splits in (FP8 bytes per row and stage)
 
@@ -47,8 +47,9 @@ def by_batch(config: dict[str, int], num_tokens: int, top_k: int, hidden: int, i
 
 
 @contextlib.contextmanager
-def split_by_batch() -> Iterator[None]:
-    """The decode experts class sizes split-K by ``by_batch`` inside the block."""
+def config_rule(transform: Callable[..., dict[str, int]]) -> Iterator[None]:
+    """The decode experts class runs ``transform(config, num_tokens, top_k, hidden, inter,
+    num_sms)`` of the patch's configuration inside the block (the patch is unchanged)."""
     from vllm.model_executor.layers.fused_moe.experts import triton_fp8_decode_moe as d
 
     patch_rule = d.get_decode_config
@@ -56,10 +57,15 @@ def split_by_batch() -> Iterator[None]:
     @functools.cache
     def rule(num_tokens: int, top_k: int, hidden: int, inter: int, num_sms: int):
         config = patch_rule(num_tokens, top_k, hidden, inter, num_sms)
-        return by_batch(config, num_tokens, top_k, hidden, inter, num_sms)
+        return transform(config, num_tokens, top_k, hidden, inter, num_sms)
 
     d.get_decode_config = rule
     try:
         yield
     finally:
         d.get_decode_config = patch_rule
+
+
+def split_by_batch() -> contextlib.AbstractContextManager[None]:
+    """The decode experts class sizes split-K by ``by_batch`` inside the block."""
+    return config_rule(by_batch)

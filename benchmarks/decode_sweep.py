@@ -24,13 +24,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import functools
 import itertools
 import sys
 from collections.abc import Iterator
 from functools import partial
 
-from benchmarks import shapes
+from benchmarks import decode_split, shapes
 from vseries import results
 
 BENCH = "decode_sweep"
@@ -68,21 +67,13 @@ def label(override: dict[str, int]) -> str:
 
 @contextlib.contextmanager
 def decode_config(override: dict[str, int], up_to: int) -> Iterator[None]:
-    """The decode experts class takes the decode path up to ``up_to`` tokens and runs the
-    patch's configuration with ``override``'s keys replaced, inside the block."""
-    from vllm.model_executor.layers.fused_moe.experts import triton_fp8_decode_moe as d
+    """The decode experts class takes the decode path up to ``up_to`` tokens (the layer
+    benchmark's ``decode_up_to``) and runs the patch's configuration with ``override``'s keys
+    replaced (``decode_split.config_rule``), inside the block."""
+    from benchmarks.bench_moe_layer import decode_up_to
 
-    patch_rule, patch_max = d.get_decode_config, d.FP8_DECODE_MAX_TOKENS
-
-    @functools.cache
-    def rule(num_tokens: int, top_k: int, hidden: int, inter: int, num_sms: int):
-        return {**patch_rule(num_tokens, top_k, hidden, inter, num_sms), **override}
-
-    d.get_decode_config, d.FP8_DECODE_MAX_TOKENS = rule, max(patch_max, up_to)
-    try:
+    with decode_up_to(up_to), decode_split.config_rule(lambda config, *_: {**config, **override}):
         yield
-    finally:
-        d.get_decode_config, d.FP8_DECODE_MAX_TOKENS = patch_rule, patch_max
 
 
 def run(a: argparse.Namespace) -> int:
