@@ -37,6 +37,16 @@
 # BUDGET seconds (default 560).
 # Results and logs in $OUT (one tarball, one log).
 set -uo pipefail
+# A misspelt phase or wave would run nothing and still cost a GPU call: refuse it first. The
+# names are this file's own case labels.
+phases=$(sed -n 's/^    \([a-z]*\))$/\1/p' "${BASH_SOURCE[0]}" | tr '\n' ' ')
+waves=$(sed -n 's/^          \([0-9]*\)) served_wave .*/\1/p' "${BASH_SOURCE[0]}" | tr '\n' ' ')
+for p in ${PHASES:-check tests}; do
+  [[ " $phases" == *" $p "* ]] || { echo "moved.sh: no phase '$p' (phases: $phases)" >&2; exit 2; }
+done
+for w in ${WAVES:-}; do
+  [[ " $waves" == *" $w "* ]] || { echo "moved.sh: no wave '$w' (waves: $waves)" >&2; exit 2; }
+done
 OUT=${OUT:-/tmp/out} && mkdir -p "$OUT"
 # results persist on the host across calls (a later phase reads an earlier one's files); each
 # call returns all of them

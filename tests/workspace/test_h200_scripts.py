@@ -93,3 +93,24 @@ def test_a_served_wave_runs_in_the_parts_that_fit_the_gpu(tmp_path):
         "part 3b limit 270: s2:series:fp8dyn b3:base:fp8dyn s3:series:fp8dyn",
     ]
     assert "runs in 2 parts" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"PHASES": "check sweeep"}, "no phase 'sweeep' (phases: check tests "),
+        ({"PHASES": "served", "WAVES": "6 14"}, "no wave '14' (waves: 1 2 3 "),
+    ],
+)
+def test_moved_refuses_a_misspelt_phase_or_wave_before_doing_anything(tmp_path, env, says):
+    """A GPU call with a misspelt phase or wave ran nothing and cost the call: moved.sh now
+    stops at once (exit 2), naming what it knows, before it writes or assembles anything."""
+    out, r = tmp_path / "out", tmp_path / "r"
+    p = subprocess.run(
+        ["bash", "benchmarks/h200/moved.sh"],
+        cwd=ROOT, env={**os.environ, **env, "OUT": str(out), "R": str(r)},
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert p.returncode == 2 and says in p.stderr, p.stdout + p.stderr
+    assert "sweep" in p.stderr or "13" in p.stderr  # the lists are the file's case labels
+    assert not out.exists() and not r.exists()
