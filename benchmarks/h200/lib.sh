@@ -18,13 +18,22 @@ left() {
   local d=${deadline:?set deadline (in $SECONDS) before run_at}
   echo $((d - SECONDS))
 }
+# bounded LIMIT: LIMIT seconds, or what is left before the deadline if that is less
+bounded() {
+  local t
+  t=$(left)
+  echo $(($1 < t ? $1 : t))
+}
 # run_at DIR TREE LIMIT CMD...: CMD in DIR with the tree's PYTHONPATH, at most LIMIT seconds
 # and never past the deadline
 run_at() {
-  local dir=$1 tree=$2 limit=$3 t
+  local dir=$1 tree=$2 limit
+  limit=$(bounded "$3")
   shift 3
-  t=$(left)
-  [ "$t" -lt "$limit" ] && limit=$t
+  if [ ! -d "$(tree_dir "$tree")" ]; then
+    echo "!!! no tree '$tree' ($(tree_dir "$tree")): $*"
+    return 1
+  fi
   if [ "$limit" -le 5 ]; then
     echo "!!! skipped (budget): $*"
     return 1

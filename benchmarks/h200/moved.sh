@@ -47,6 +47,12 @@ done
 for w in ${WAVES:-}; do
   [[ " $waves" == *" $w "* ]] || { echo "moved.sh: no wave '$w' (waves: $waves)" >&2; exit 2; }
 done
+# Seconds and counts are whole numbers ("10m" once turned the budget off); a call is killed at
+# 600 s, so the budget leaves 20 s for the tarball.
+for v in BUDGET ROUNDS BENCH_TIMEOUT LATENCY_TIMEOUT UPSTREAM_JOBS; do
+  [[ ${!v:-1} =~ ^[0-9]+$ ]] || { echo "moved.sh: $v=${!v} is not a whole number" >&2; exit 2; }
+done
+((${BUDGET:-560} <= 580)) || { echo "moved.sh: BUDGET=$BUDGET: a call ends at 600 s" >&2; exit 2; }
 OUT=${OUT:-/tmp/out} && mkdir -p "$OUT"
 # results persist on the host across calls (a later phase reads an earlier one's files); each
 # call returns all of them
@@ -55,9 +61,12 @@ R=${R:-${HOME:-/root}/r} && mkdir -p "$R"
 . benchmarks/h200/lib.sh
 deadline=$((SECONDS + ${BUDGET:-560}))
 exec > >(tee -a "$R/log-moved.txt" "$OUT/log-moved.txt") 2>&1
+# every way out returns what the host holds, also a step that stopped the script
+trap 'tar czf "$OUT/moved.tar.gz" -C "$R" .; echo "moved.sh done in ${SECONDS}s"' EXIT
 [ -d "$(tree_dir series)" ] || bash /root/stage/p1/assemble.sh > "$R/assemble.log" 2>&1 || {
   tail -30 "$R/assemble.log"
-  echo "!!! assemble failed"
+  echo "!!! assemble failed: send the parts it names again; nothing else was run"
+  exit 1
 }
 ln -sfn "$(tree_dir series)" "$(tree_dir patched)"
 install_wheel() {  # once per host: the patched wheel (part w1, wheel_parts.py) into /root/wsite
@@ -136,12 +145,12 @@ PY
       # alone into /root/wsite; the contracts' GPU parts and the decode tests import it
       install_wheel
       mkdir -p /root/wtests && cp -r "$(tree_dir series)/tests" /root/wtests/ 2>/dev/null
-      (cd "$ws" && PYTHONPATH="/root/wsite:$SITE:$ws" timeout 150 python3 -P -c \
+      (cd "$ws" && PYTHONPATH="/root/wsite:$SITE:$ws" timeout "$(bounded 150)" python3 -P -c \
         'import vllm, sys; print("vllm from", vllm.__file__, vllm.__version__)')
-      (cd "$ws" && PYTHONPATH="/root/wsite:$SITE:$ws" timeout 150 python3 -P -m pytest -q \
+      (cd "$ws" && PYTHONPATH="/root/wsite:$SITE:$ws" timeout "$(bounded 150)" python3 -P -m pytest -q \
         -p no:cacheprovider -m contract -rA tests/contract -k "cuda or gpu" \
         --junitxml "$R/contract-gpu-wheel.xml") || echo "!!! wheel contracts"
-      (cd /root/wtests && PYTHONPATH="/root/wsite:$SITE" timeout 200 python3 -m pytest -q \
+      (cd /root/wtests && PYTHONPATH="/root/wsite:$SITE" timeout "$(bounded 200)" python3 -m pytest -q \
         -p no:cacheprovider tests/kernels/moe/test_fused_moe_fp8_decode.py -k modular_kernel_path \
         --junitxml "$R/decode-wheel.xml") || echo "!!! wheel decode tests"
       ;;
@@ -156,6 +165,8 @@ PY
           echo "!!! flashinfer link failed"
         tail -n 4 "$R/fi-link.log"
       fi
+      # without the module FlashInfer compiles its 248 sources: longer than the call
+      [ -s "$aot/fused_moe_90.so" ] || { echo "!!! no $aot/fused_moe_90.so: send part pf"; continue; }
       run_in base 60 python3 -c 'import flashinfer, vllm.utils.flashinfer as f; print("flashinfer", flashinfer.__version__, "cutlass fused moe:", f.has_flashinfer_cutlass_fused_moe())'
       run_in base 240 python3 -m pytest -q -p no:cacheprovider -rA \
         tests/kernels/moe/test_flashinfer.py -k "cutlass_moe_fp8_no_graph" \
@@ -272,5 +283,3 @@ PY
       ;;
   esac
 done
-tar czf "$OUT/moved.tar.gz" -C "$R" .
-echo "moved.sh done in ${SECONDS}s"

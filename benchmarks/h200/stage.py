@@ -163,7 +163,14 @@ def main():
         part["files"].append((name, data))
         part["size"] += len(data)
 
-    shutil.rmtree(a.out, ignore_errors=True)
+    # the last stage's parts and sources go; w1 (the patched wheel) and pf (FlashInfer's
+    # module), made by other tools, stay
+    for old in Path(a.out).glob("p*"):
+        if re.fullmatch(r"p[0-9]+|ps", old.name):
+            shutil.rmtree(old)
+    kept = sorted(d.name for d in Path(a.out).glob("*") if d.is_dir())
+    if kept:
+        print(f"kept in {a.out}: {', '.join(kept)}")
     for i, part in enumerate(parts, 1):
         d = os.path.join(a.out, f"p{i}")
         os.makedirs(d)

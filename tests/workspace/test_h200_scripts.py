@@ -6,6 +6,8 @@ workspace, as CONTRIBUTING.md says."""
 import os
 import subprocess
 import sys
+import zipfile
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -100,6 +102,9 @@ def test_a_served_wave_runs_in_the_parts_that_fit_the_gpu(tmp_path):
     [
         ({"PHASES": "check sweeep"}, "no phase 'sweeep' (phases: check tests "),
         ({"PHASES": "served", "WAVES": "6 14"}, "no wave '14' (waves: 1 2 3 "),
+        ({"BUDGET": "10m"}, "BUDGET=10m is not a whole number"),
+        ({"ROUNDS": "two"}, "ROUNDS=two is not a whole number"),
+        ({"BUDGET": "900"}, "BUDGET=900: a call ends at 600 s"),
     ],
 )
 def test_moved_refuses_a_misspelt_phase_or_wave_before_doing_anything(tmp_path, env, says):
@@ -112,5 +117,47 @@ def test_moved_refuses_a_misspelt_phase_or_wave_before_doing_anything(tmp_path, 
         capture_output=True, text=True,
     )  # fmt: skip
     assert p.returncode == 2 and says in p.stderr, p.stdout + p.stderr
-    assert "sweep" in p.stderr or "13" in p.stderr  # the lists are the file's case labels
     assert not out.exists() and not r.exists()
+
+
+def test_moved_stops_when_assembly_fails_and_still_returns_what_it_has(tmp_path):
+    """Parts missing on the host: assemble.sh fails, and moved.sh stops there (it ran every
+    phase on no trees before) with the log and the tarball of what the host holds."""
+    out, r, trees = tmp_path / "out", tmp_path / "r", tmp_path / "trees"
+    trees.mkdir()
+    if Path("/root/stage/p1/assemble.sh").exists():
+        pytest.skip("this host has staged parts")
+    p = subprocess.run(
+        ["bash", "benchmarks/h200/moved.sh"],
+        cwd=ROOT, env={**os.environ, "OUT": str(out), "R": str(r), "TREE_ROOT": str(trees)},
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "!!! assemble failed: send the parts it names again" in p.stdout
+    assert "===" not in p.stdout  # no step ran
+    assert (out / "moved.tar.gz").exists() and (out / "log-moved.txt").exists()
+    assert not any(trees.iterdir())
+
+
+def test_staging_again_replaces_its_parts_and_keeps_the_wheel_and_flashinfer_parts(tmp_path):
+    """stage.py removed its whole output folder, with w1 (wheel_parts.py) and pf (FlashInfer's
+    module, 14 minutes to build): now only its own parts p<N> and ps are replaced."""
+    src = tmp_path / "tree"
+    (src / "vllm").mkdir(parents=True)
+    (src / "vllm" / "__init__.py").write_text("")
+    wheel = tmp_path / "vllm-0.0.1-cp38-abi3-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("vllm/_C.abi3.so", b"\0" * 64)
+        z.writestr("vllm-0.0.1.dist-info/METADATA", "Name: vllm\n")
+    out = tmp_path / "stage"
+    for kept in ("w1", "pf", "p9", "ps"):
+        (out / kept).mkdir(parents=True)
+        (out / kept / "x").write_text(kept)
+    p = subprocess.run(
+        [sys.executable, "benchmarks/h200/stage.py", "--src", f"series={src}",
+         "--wheel", str(wheel), "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert sorted(d.name for d in out.iterdir()) == ["p1", "pf", "w1"]
+    assert (out / "w1" / "x").read_text() == "w1" and "kept in" in p.stdout
