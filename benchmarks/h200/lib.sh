@@ -30,12 +30,12 @@ run_at() {
   local dir=$1 tree=$2 limit
   limit=$(bounded "$3")
   shift 3
-  if [ ! -d "$(tree_dir "$tree")" ]; then
-    echo "!!! no tree '$tree' ($(tree_dir "$tree")): $*"
-    return 1
-  fi
   if [ "$limit" -le 5 ]; then
     echo "!!! skipped (budget): $*"
+    return 1
+  fi
+  if [ ! -d "$(tree_dir "$tree")" ]; then
+    echo "!!! no tree '$tree' ($(tree_dir "$tree")): $*"
     return 1
   fi
   echo "=== [$tree, ${limit}s, at ${SECONDS}s] $*"
