@@ -23,7 +23,7 @@
 #          the batch (benchmarks/decode_split.py)
 #   epcost benchmarks/ep_nan.py --time-only on base, base+0002, base+0004, series (EP_TREES)
 #   served benchmarks/served: waves of engine processes (served.sh), every process a record;
-#          WAVES names the waves to run (default "1 2 3 4 5"; 6 to 13: 48 layers, a pair each); the
+#          WAVES names the waves to run (default "1 2 3 4 5"; 6 to 16: 48 layers, a pair each; 17, 18: three each, H200); the
 #          series' processes ask for its decode backend (--moe-backend triton_fp8_decode)
 #          but sa* (its auto)
 #   sweep  benchmarks/decode_sweep.py: the decode kernels' split-K and stages swept at one
@@ -31,7 +31,8 @@
 #          fastest beside 0003's own configuration
 #   kbench 0003's layer benchmark in vLLM's benchmarks/kernels/ (the command its PR shows)
 #   latency vLLM's own `vllm bench latency` (batch 1, 1024 output tokens) on base and series
-#          (--moe-backend triton_fp8_decode)
+#          (--moe-backend triton_fp8_decode); LATENCY_FLAVOUR (default fp8static) and
+#          LATENCY_LAYERS (default 48): the served benchmark's row it cross-checks
 # Trees: $TREE_ROOT/vllm-base (plain pin) and $TREE_ROOT/vllm-series (the series), TREE_ROOT
 # /root by default (lib.sh). Each step has its own timeout and the whole call ends within
 # BUDGET seconds (default 560).
@@ -103,6 +104,9 @@ PY
       run_in series 150 python3 -m pytest -q -p no:cacheprovider \
         tests/kernels/moe/test_fused_moe_jit_warmup.py tests/kernels/moe/test_fp8_oracle_hopper_default.py \
         --junitxml "$R/others-series.xml"
+      # 0003's test in test_moe.py (vLLM's L4 MoE step runs it): the amax kernel, one variant
+      run_in series 120 python3 -m pytest -q -p no:cacheprovider -rf tests/kernels/moe/test_moe.py \
+        -k masked_amax_scale --junitxml "$R/amax-series.xml"
       for t in series base; do
         run_ws "$t" 120 python3 -P -m pytest -q -p no:cacheprovider -m contract -rA \
           tests/contract -k "cuda or gpu" --junitxml "$R/contract-gpu-$t.xml"
@@ -243,7 +247,18 @@ PY
           # the series as it is (auto: 0001's TRITON) against
           # v0.34.0's autotuned FLASHINFER_CUTLASS at 48 layers: 0001 on its own
           12) served_wave 12 300 Lsa1:series:fp8static:::48 Lbs3:base:fp8static:::48 ;;
-          13) served_wave 13 300 Lbs5:base:fp8static:::48 Lsa2:series:fp8static:::48 ;;
+          13) served_wave 13 300 Lbs7:base:fp8static:::48 Lsa2:series:fp8static:::48 ;;
+          # fourth and fifth processes of the static arms (the series measuring first in 14)
+          14) served_wave 14 300 Lss4:series:fp8static::$D:48 Lbs5:base:fp8static:::48 ;;
+          15) served_wave 15 300 Lbs6:base:fp8static:::48 Lss5:series:fp8static::$D:48 ;;
+          # the patched release wheel (part w1) served beside the staged series tree
+          16) served_wave 16 300 Lws1:wheel:fp8static::$D:48 Lss6:series:fp8static::$D:48 ;;
+          # 48 layers on the H200 (141 GiB: three engines at once): the static arms, the base
+          # twice in 17 and the series twice in 18
+          17) served_wave 17 330 Hbs1:base:fp8static:::48 Hss1:series:fp8static::$D:48 \
+            Hbs2:base:fp8static:::48 ;;
+          18) served_wave 18 330 Hss2:series:fp8static::$D:48 Hbs3:base:fp8static:::48 \
+            Hss3:series:fp8static::$D:48 ;;
         esac
       done
       # the layer rows only where a layer phase ran on this host (an unmatched glob stays
@@ -260,19 +275,23 @@ PY
       ;;
     latency)
       # vLLM's own latency benchmark, the command a maintainer reruns (batch 1)
+      lf=${LATENCY_FLAVOUR:-fp8static} ll=${LATENCY_LAYERS:-48}
       run_ws series 60 python3 -P -m benchmarks.e2e.models --out /root/models \
-        --arch qwen3-30b-a3b --flavour fp8dyn --layers 24
+        --arch qwen3-30b-a3b --flavour "$lf" --layers "$ll"
       for t in base series; do
         # the series with its decode backend asked for; the base with its defaults
         asked=() && [ "$t" = series ] && asked=(--moe-backend triton_fp8_decode)
-        run_in "$t" "${LATENCY_TIMEOUT:-150}" env VLLM_USE_DEEP_GEMM=0 VLLM_USE_FLASHINFER_SAMPLER=0 \
+        run_in "$t" "${LATENCY_TIMEOUT:-230}" env VLLM_USE_DEEP_GEMM=0 VLLM_USE_FLASHINFER_SAMPLER=0 \
           VLLM_CACHE_ROOT=/root/vcache python3 -m vllm.entrypoints.cli.main bench latency \
-          --model /root/models/qwen3-30b-a3b-fp8dyn-L24 --load-format dummy --quantization fp8 \
+          --model "/root/models/qwen3-30b-a3b-$lf-L$ll" --load-format dummy --quantization fp8 \
           --skip-tokenizer-init --disable-detokenize --input-len 32 --output-len 1024 \
           --batch-size 1 --num-iters-warmup 2 --num-iters 6 --max-model-len 1120 \
           --kv-cache-memory-bytes 2147483648 --no-enable-prefix-caching \
           --compilation-config '{"cudagraph_capture_sizes": [1, 4, 8, 16]}' "${asked[@]}" \
-          --output-json "$R/latency-$t.json" 2>"$R/latency-$t.log" | tail -n 8
+          --output-json "$R/latency-$t.json" >"$R/latency-$t.log" 2>&1
+        # vLLM logs to stdout: its result lines, the backend the oracle chose, FlashInfer's autotune
+        grep -h "latency\|percentile" "$R/latency-$t.log" | tail -n 8 | cut -c1-200
+        grep -h "Fp8 MoE backend\|Autotuning" "$R/latency-$t.log" | tail -n 3 | cut -c1-200
       done
       ;;
     vllm)

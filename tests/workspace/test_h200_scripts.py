@@ -101,7 +101,7 @@ def test_a_served_wave_runs_in_the_parts_that_fit_the_gpu(tmp_path):
     ("env", "says"),
     [
         ({"PHASES": "check sweeep"}, "no phase 'sweeep' (phases: check tests "),
-        ({"PHASES": "served", "WAVES": "6 14"}, "no wave '14' (waves: 1 2 3 "),
+        ({"PHASES": "served", "WAVES": "6 61"}, "no wave '61' (waves: 1 2 3 "),
         ({"BUDGET": "10m"}, "BUDGET=10m is not a whole number"),
         ({"ROUNDS": "two"}, "ROUNDS=two is not a whole number"),
         ({"BUDGET": "900"}, "BUDGET=900: a call ends at 600 s"),
