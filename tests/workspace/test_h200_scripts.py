@@ -161,3 +161,32 @@ def test_staging_again_replaces_its_parts_and_keeps_the_wheel_and_flashinfer_par
     assert p.returncode == 0, p.stdout + p.stderr
     assert sorted(d.name for d in out.iterdir()) == ["p1", "pf", "w1"]
     assert (out / "w1" / "x").read_text() == "w1" and "kept in" in p.stdout
+
+
+def test_epcost_compares_the_trees_it_timed(tmp_path):
+    """The epcost phase once compared a fixed list of four files and stopped when a call timed
+    fewer trees (EP_TREES): its table now names the trees timed in this call, and a tree
+    whose timing wrote nothing is left out. python3 is a stub that writes --out's file (not
+    for the tree named 'broken') and prints its arguments."""
+    out, r, trees, stub = (tmp_path / d for d in ("out", "r", "trees", "bin"))
+    for t in ("base", "series", "broken"):
+        (trees / f"vllm-{t}").mkdir(parents=True)
+    stub.mkdir()
+    (stub / "python3").write_text(
+        '#!/bin/bash\nprev=""\nfor a in "$@"; do\n'
+        '  [ "$prev" = --out ] && [[ "$a" != *broken* ]] && echo "{}" > "$a"\n'
+        '  prev=$a\ndone\necho "stub: $*"\n'
+    )
+    (stub / "python3").chmod(0o755)
+    env = {**os.environ, "OUT": str(out), "R": str(r), "TREE_ROOT": str(trees),
+           "PATH": f"{stub}:{os.environ['PATH']}", "PHASES": "epcost",
+           "EP_TREES": "base broken series", "BUDGET": "60"}  # fmt: skip
+    p = subprocess.run(["bash", "benchmarks/h200/moved.sh"], cwd=ROOT, env=env,
+                       capture_output=True, text=True)  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    compare = [
+        line for line in p.stdout.splitlines() if line.startswith("stub:") and "--compare" in line
+    ]
+    assert compare == [
+        f"stub: -P -m benchmarks.ep_nan --compare {r}/epcost-base.json {r}/epcost-series.json"
+    ]
