@@ -21,7 +21,8 @@
 #          trees alternating base, series (ROUNDS, default 1); BENCH_ARGS replaces the
 #          shapes, e.g. "--shapes dsv3-tp8 --decode16-split-by-batch" adds split-K sized from
 #          the batch (benchmarks/decode_split.py)
-#   epcost benchmarks/ep_nan.py --time-only on base, base+0002, base+0004, series (EP_TREES)
+#   epcost benchmarks/ep_nan.py --time-only on base, base+0002, base+0004, series (EP_TREES;
+#          EP_PATCHES: series patches by number, candidate patch files by path)
 #   served benchmarks/served: waves of engine processes (served.sh), every process a record;
 #          WAVES names the waves to run (default "1 2 3 4 5"; 6 to 16: 48 layers, a pair each; 17, 18: three each, H200); the
 #          series' processes ask for its decode backend (--moe-backend triton_fp8_decode)
@@ -197,12 +198,15 @@ PY
     epcost)
       # which patch makes the series' fused_experts under EP slower than v0.34.0's: trees
       # of the base with one patch each (patch -p1 on a copy of the base; its tests left out)
+      # EP_PATCHES: a number names a patch of the series (tree pNNNN), a path any patch file,
+      # e.g. a candidate in patches/candidates/ (tree p<its name without .patch>)
       for n in ${EP_PATCHES:-0002 0004}; do
+        if [[ $n == */* ]]; then f=$n n=$(basename "$n" .patch); else f=$(echo patches/"$n"-*.patch); fi
         d=$(tree_dir "p$n")
         [ -d "$d" ] && continue
         cp -a "$(tree_dir base)" "$d"
         filterdiff_tests() { awk '/^diff --git a\/tests\//{skip=1} /^diff --git a\/vllm\//{skip=0} !skip'; }
-        filterdiff_tests <patches/"$n"-*.patch | (cd "$d" && patch -p1 -s) || echo "!!! p$n did not apply"
+        filterdiff_tests <"$f" | (cd "$d" && patch -p1 -s) || echo "!!! p$n did not apply"
       done
       # the table compares the trees timed in this call (a fixed list once stopped it)
       costs=()

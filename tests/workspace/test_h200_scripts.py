@@ -163,11 +163,9 @@ def test_staging_again_replaces_its_parts_and_keeps_the_wheel_and_flashinfer_par
     assert (out / "w1" / "x").read_text() == "w1" and "kept in" in p.stdout
 
 
-def test_epcost_compares_the_trees_it_timed(tmp_path):
-    """The epcost phase once compared a fixed list of four files and stopped when a call timed
-    fewer trees (EP_TREES): its table now names the trees timed in this call, and a tree
-    whose timing wrote nothing is left out. python3 is a stub that writes --out's file (not
-    for the tree named 'broken') and prints its arguments."""
+def _epcost(tmp_path, **env_extra):
+    """moved.sh's epcost phase on stub trees (base, series, broken) with a stub python3 that
+    writes --out's file (not for the tree named 'broken') and prints its arguments."""
     out, r, trees, stub = (tmp_path / d for d in ("out", "r", "trees", "bin"))
     for t in ("base", "series", "broken"):
         (trees / f"vllm-{t}").mkdir(parents=True)
@@ -179,14 +177,34 @@ def test_epcost_compares_the_trees_it_timed(tmp_path):
     )
     (stub / "python3").chmod(0o755)
     env = {**os.environ, "OUT": str(out), "R": str(r), "TREE_ROOT": str(trees),
-           "PATH": f"{stub}:{os.environ['PATH']}", "PHASES": "epcost",
-           "EP_TREES": "base broken series", "BUDGET": "60"}  # fmt: skip
+           "PATH": f"{stub}:{os.environ['PATH']}", "PHASES": "epcost", "BUDGET": "60",
+           **env_extra}  # fmt: skip
     p = subprocess.run(["bash", "benchmarks/h200/moved.sh"], cwd=ROOT, env=env,
                        capture_output=True, text=True)  # fmt: skip
     assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout, r, trees
+
+
+def test_epcost_compares_the_trees_it_timed(tmp_path):
+    """The epcost phase once compared a fixed list of four files and stopped when a call timed
+    fewer trees (EP_TREES): its table now names the trees timed in this call, and a tree
+    whose timing wrote nothing is left out."""
+    stdout, r, _ = _epcost(tmp_path, EP_TREES="base broken series")
     compare = [
-        line for line in p.stdout.splitlines() if line.startswith("stub:") and "--compare" in line
+        line for line in stdout.splitlines() if line.startswith("stub:") and "--compare" in line
     ]
     assert compare == [
         f"stub: -P -m benchmarks.ep_nan --compare {r}/epcost-base.json {r}/epcost-series.json"
     ]
+
+
+def test_epcost_takes_a_candidate_patch_by_path(tmp_path):
+    """EP_PATCHES names a series patch by number or any patch file by path (a candidate form of
+    a fix, patches/candidates/): the tree is p<the file's name> and is timed like the others."""
+    stdout, r, trees = _epcost(
+        tmp_path, EP_PATCHES="patches/candidates/0004-zero-fill.patch",
+        EP_TREES="base p0004-zero-fill",
+    )  # fmt: skip
+    assert (trees / "vllm-p0004-zero-fill").is_dir()
+    assert "--variant p0004-zero-fill --time-only" in stdout
+    assert f"--compare {r}/epcost-base.json {r}/epcost-p0004-zero-fill.json" in stdout
