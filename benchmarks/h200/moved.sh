@@ -10,6 +10,9 @@
 #   bench  benchmarks/bench_moe_layer.py (the FP8 MoE layer as the oracle builds it),
 #          trees alternating base, series, base, series ... (ROUNDS, default 2)
 #   vllm   vLLM's tests of the touched areas, base vs series (tests/upstream.toml, sharded)
+#   branches each PR branch alone (trees prNNNN, staged by stage_branches.sh): the pytest
+#          commands of its patch's Test Plan on the branch, then on v0.34.0 with the
+#          branch's test files (where a fix's tests must fail)
 #   warmup the warm-up's GPU test alone; epnan the expert-parallel NaN test and ep_nan.py on
 #          both trees; wheel the patched release wheel's GPU checks (parts w1..wN)
 #   fi     FlashInfer's SM90 CUTLASS fused-MoE module (FP8 only, built on a CPU machine by
@@ -119,6 +122,28 @@ PY
         for t in base series; do
           run_in "$t" "${BENCH_TIMEOUT:-200}" python3 -m benchmarks.bench_moe_layer \
             --variant "$t" --out "$R/moe_layer-$t-r$r.json" "${bench_args[@]}"
+        done
+      done
+      ;;
+    branches)
+      for d in "$TREE_ROOT"/vllm-pr[0-9][0-9][0-9][0-9]; do
+        [ -d "$d" ] || { echo "!!! no branch trees in $TREE_ROOT: send parts pbNNNN"; break; }
+        t=${d##*/vllm-} && n=${t#pr}
+        # the Test Plan's pytest lines (indented four spaces in the patch message)
+        mapfile -t cmds < <(sed -n '/^## Test Plan/,/^## /s/^    pytest \(.*\)$/\1/p' patches/"$n"-*.patch)
+        b=$(tree_dir "$t-before")
+        if [ ! -d "$b" ]; then
+          cp -a "$(tree_dir base)" "$b"
+          sed -n 's|^diff --git a/\(tests/[^ ]*\) b/.*|\1|p' patches/"$n"-*.patch | while read -r f; do
+            [ -f "$d/$f" ] && mkdir -p "$b/$(dirname "$f")" && cp "$d/$f" "$b/$f"
+          done
+        fi
+        i=0
+        for c in "${cmds[@]}"; do
+          i=$((i + 1))
+          for tr in "$t" "$t-before"; do
+            run_in "$tr" 300 bash -c "python3 -m pytest -q -p no:cacheprovider -rf $c --junitxml $R/$tr-$i.xml"
+          done
         done
       done
       ;;

@@ -208,3 +208,33 @@ def test_epcost_takes_a_candidate_patch_by_path(tmp_path):
     assert (trees / "vllm-p0004-zero-fill").is_dir()
     assert "--variant p0004-zero-fill --time-only" in stdout
     assert f"--compare {r}/epcost-base.json {r}/epcost-p0004-zero-fill.json" in stdout
+
+
+def test_branches_runs_each_test_plan_on_the_branch_and_before_it(tmp_path):
+    """moved.sh's `branches` phase: for a staged PR branch (tree pr0004), the pytest commands
+    of patch 0004's Test Plan run on the branch, then on v0.34.0 with the branch's test files
+    copied in (a copy of base, pr0004-before), where the fix's tests must fail."""
+    out, r, trees, stub = (tmp_path / d for d in ("out", "r", "trees", "bin"))
+    for t in ("base", "series", "pr0004"):
+        (trees / f"vllm-{t}").mkdir(parents=True)
+    test_moe = trees / "vllm-pr0004" / "tests" / "kernels" / "moe" / "test_moe.py"
+    test_moe.parent.mkdir(parents=True)
+    test_moe.write_text("# the branch's tests\n")
+    stub.mkdir()
+    (stub / "python3").write_text('#!/bin/bash\necho "stub in $PWD: $*"\n')
+    (stub / "python3").chmod(0o755)
+    env = {**os.environ, "OUT": str(out), "R": str(r), "TREE_ROOT": str(trees),
+           "PATH": f"{stub}:{os.environ['PATH']}", "PHASES": "branches",
+           "BUDGET": "60"}  # fmt: skip
+    p = subprocess.run(["bash", "benchmarks/h200/moved.sh"], cwd=ROOT, env=env,
+                       capture_output=True, text=True)  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    ran = [line for line in p.stdout.splitlines() if line.startswith("stub in")]
+    plan = "tests/kernels/moe/test_moe.py -k ep_dynamic_tensor_scale or int8_dynamic_per_tensor"
+    assert [line.split(":", 1)[0] for line in ran] == [
+        f"stub in {trees}/vllm-pr0004",
+        f"stub in {trees}/vllm-pr0004-before",
+    ]
+    assert all(plan in line for line in ran), ran
+    copied = trees / "vllm-pr0004-before" / "tests" / "kernels" / "moe" / "test_moe.py"
+    assert copied.read_text() == "# the branch's tests\n"
