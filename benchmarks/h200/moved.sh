@@ -27,9 +27,9 @@
 #   epcost benchmarks/ep_nan.py --time-only on base, base+0002, base+0004, series (EP_TREES;
 #          EP_PATCHES: series patches by number, candidate patch files by path)
 #   served benchmarks/served: waves of engine processes (served.sh), every process a record;
-#          WAVES names the waves to run (default "1 2 3 4 5"; 6 to 16: 48 layers, a pair each; 17, 18: three each, H200); the
-#          series' processes ask for its decode backend (--moe-backend triton_fp8_decode)
-#          but sa* (its auto)
+#          WAVES names the waves to run (default "1 2 3 4 5"; 6 to 16: 48 layers, a pair
+#          each; 17, 18: three each, for an H200); the series' processes ask for its decode
+#          backend (--moe-backend triton_fp8_decode) but sa* (its auto)
 #   sweep  benchmarks/decode_sweep.py: the decode kernels' split-K and stages swept at one
 #          token (SWEEP_ARGS: other shapes, batches, --grid with K steps or warps), the
 #          fastest beside 0003's own configuration
