@@ -16,7 +16,8 @@ for f in "${files[@]}"; do
   git -C vllm rev-parse -q --verify "refs/heads/$br" >/dev/null ||
     { echo "stage_branches: vllm/ has no branch $br: run scripts/prs.sh again" >&2; exit 2; }
   wt=$PWD/.gpu/branches/$n
-  git -C vllm worktree remove --force "$wt" 2>/dev/null || rm -rf "$wt"
+  # a folder removed by hand leaves git's record of the worktree, which `add` refuses: prune it
+  git -C vllm worktree remove --force "$wt" 2>/dev/null || { rm -rf "$wt" && git -C vllm worktree prune; }
   git -C vllm worktree add -q --detach "$wt" "$br"
   tmp=$(mktemp -d)
   python benchmarks/h200/stage.py --sources-only --src "pr$n=$wt" --wheel "$wheel" --out "$tmp" >/dev/null

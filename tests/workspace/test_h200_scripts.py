@@ -163,26 +163,33 @@ def test_staging_again_replaces_its_parts_and_keeps_the_wheel_and_flashinfer_par
     assert (out / "w1" / "x").read_text() == "w1" and "kept in" in p.stdout
 
 
-def _epcost(tmp_path, **env_extra):
-    """moved.sh's epcost phase on stub trees (base, series, broken) with a stub python3 that
-    writes --out's file (not for the tree named 'broken') and prints its arguments."""
+def _moved_on_stubs(tmp_path, trees_named, stub_body, **env_extra):
+    """moved.sh on empty stub trees (``trees_named``) with ``python3`` a bash stub
+    (``stub_body``); returns its stdout, its results folder and the trees' root."""
     out, r, trees, stub = (tmp_path / d for d in ("out", "r", "trees", "bin"))
-    for t in ("base", "series", "broken"):
-        (trees / f"vllm-{t}").mkdir(parents=True)
+    for t in trees_named:
+        (trees / f"vllm-{t}").mkdir(parents=True, exist_ok=True)
     stub.mkdir()
-    (stub / "python3").write_text(
-        '#!/bin/bash\nprev=""\nfor a in "$@"; do\n'
-        '  [ "$prev" = --out ] && [[ "$a" != *broken* ]] && echo "{}" > "$a"\n'
-        '  prev=$a\ndone\necho "stub: $*"\n'
-    )
+    (stub / "python3").write_text("#!/bin/bash\n" + stub_body)
     (stub / "python3").chmod(0o755)
     env = {**os.environ, "OUT": str(out), "R": str(r), "TREE_ROOT": str(trees),
-           "PATH": f"{stub}:{os.environ['PATH']}", "PHASES": "epcost", "BUDGET": "60",
-           **env_extra}  # fmt: skip
+           "PATH": f"{stub}:{os.environ['PATH']}", "BUDGET": "60", **env_extra}  # fmt: skip
     p = subprocess.run(["bash", "benchmarks/h200/moved.sh"], cwd=ROOT, env=env,
                        capture_output=True, text=True)  # fmt: skip
     assert p.returncode == 0, p.stdout + p.stderr
     return p.stdout, r, trees
+
+
+def _epcost(tmp_path, **env_extra):
+    """moved.sh's epcost phase on stub trees (base, series, broken) with a stub python3 that
+    writes --out's file (not for the tree named 'broken') and prints its arguments."""
+    stub = (
+        'prev=""\nfor a in "$@"; do\n'
+        '  [ "$prev" = --out ] && [[ "$a" != *broken* ]] && echo "{}" > "$a"\n'
+        '  prev=$a\ndone\necho "stub: $*"\n'
+    )
+    return _moved_on_stubs(tmp_path, ("base", "series", "broken"), stub, PHASES="epcost",
+                           **env_extra)  # fmt: skip
 
 
 def test_epcost_compares_the_trees_it_timed(tmp_path):
@@ -214,22 +221,13 @@ def test_branches_runs_each_test_plan_on_the_branch_and_before_it(tmp_path):
     """moved.sh's `branches` phase: for a staged PR branch (tree pr0004), the pytest commands
     of patch 0004's Test Plan run on the branch, then on v0.34.0 with the branch's test files
     copied in (a copy of base, pr0004-before), where the fix's tests must fail."""
-    out, r, trees, stub = (tmp_path / d for d in ("out", "r", "trees", "bin"))
-    for t in ("base", "series", "pr0004"):
-        (trees / f"vllm-{t}").mkdir(parents=True)
-    test_moe = trees / "vllm-pr0004" / "tests" / "kernels" / "moe" / "test_moe.py"
+    test_moe = tmp_path / "trees" / "vllm-pr0004" / "tests" / "kernels" / "moe" / "test_moe.py"
     test_moe.parent.mkdir(parents=True)
     test_moe.write_text("# the branch's tests\n")
-    stub.mkdir()
-    (stub / "python3").write_text('#!/bin/bash\necho "stub in $PWD: $*"\n')
-    (stub / "python3").chmod(0o755)
-    env = {**os.environ, "OUT": str(out), "R": str(r), "TREE_ROOT": str(trees),
-           "PATH": f"{stub}:{os.environ['PATH']}", "PHASES": "branches",
-           "BUDGET": "60"}  # fmt: skip
-    p = subprocess.run(["bash", "benchmarks/h200/moved.sh"], cwd=ROOT, env=env,
-                       capture_output=True, text=True)  # fmt: skip
-    assert p.returncode == 0, p.stdout + p.stderr
-    ran = [line for line in p.stdout.splitlines() if line.startswith("stub in")]
+    stdout, _, trees = _moved_on_stubs(
+        tmp_path, ("base", "series", "pr0004"), 'echo "stub in $PWD: $*"\n', PHASES="branches"
+    )
+    ran = [line for line in stdout.splitlines() if line.startswith("stub in")]
     plan = "tests/kernels/moe/test_moe.py -k ep_dynamic_tensor_scale or int8_dynamic_per_tensor"
     assert [line.split(":", 1)[0] for line in ran] == [
         f"stub in {trees}/vllm-pr0004",
