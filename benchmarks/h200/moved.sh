@@ -25,7 +25,8 @@
 #          shapes, e.g. "--shapes dsv3-tp8 --decode16-split-by-batch" adds split-K sized from
 #          the batch (benchmarks/decode_split.py)
 #   epcost benchmarks/ep_nan.py --time-only on base, base+0002, base+0004, series (EP_TREES;
-#          EP_PATCHES: series patches by number, candidate patch files by path)
+#          EP_PATCHES: series patches by number, candidate patch files by path; a candidate
+#          also runs 0004's tests and ep_nan.py's numerics)
 #   served benchmarks/served: waves of engine processes (served.sh), every process a record;
 #          WAVES names the waves to run (default "1 2 3 4 5"; 6 to 16: 48 layers, a pair
 #          each; 17, 18: three each, for an H200); the series' processes ask for its decode
@@ -33,7 +34,8 @@
 #   sweep  benchmarks/decode_sweep.py: the decode kernels' split-K and stages swept at one
 #          token (SWEEP_ARGS: other shapes, batches, --grid with K steps or warps), the
 #          fastest beside 0003's own configuration
-#   kbench 0003's layer benchmark in vLLM's benchmarks/kernels/ (the command its PR shows)
+#   kbench 0003's layer benchmark in vLLM's benchmarks/kernels/ (the command its PR shows), on
+#          its branch alone where staged (pr0003), KBENCH_RUNS times (default 3)
 #   latency vLLM's own `vllm bench latency` (batch 1, 1024 output tokens) on base and series
 #          (--moe-backend triton_fp8_decode); LATENCY_FLAVOUR (default fp8static) and
 #          LATENCY_LAYERS (default 48): the served benchmark's row it cross-checks
@@ -54,7 +56,7 @@ for w in ${WAVES:-}; do
 done
 # Seconds and counts are whole numbers ("10m" once turned the budget off); a call is killed at
 # 600 s, so the budget leaves 20 s for the tarball.
-for v in BUDGET ROUNDS BENCH_TIMEOUT LATENCY_TIMEOUT UPSTREAM_JOBS; do
+for v in BUDGET ROUNDS BENCH_TIMEOUT LATENCY_TIMEOUT UPSTREAM_JOBS KBENCH_RUNS KBENCH_TIMEOUT; do
   [[ ${!v:-1} =~ ^[0-9]+$ ]] || { echo "moved.sh: $v=${!v} is not a whole number" >&2; exit 2; }
 done
 ((${BUDGET:-560} <= 580)) || { echo "moved.sh: BUDGET=$BUDGET: a call ends at 600 s" >&2; exit 2; }
@@ -225,8 +227,13 @@ PY
       # of the base with one patch each (patch -p1 on a copy of the base; its tests left out)
       # EP_PATCHES: a number names a patch of the series (tree pNNNN), a path any patch file,
       # e.g. a candidate in patches/candidates/ (tree p<its name without .patch>)
+      cands=()
       for n in ${EP_PATCHES:-0002 0004}; do
-        if [[ $n == */* ]]; then f=$n n=$(basename "$n" .patch); else f=$(echo patches/"$n"-*.patch); fi
+        if [[ $n == */* ]]; then
+          f=$n n=$(basename "$n" .patch) && cands+=("p$n")
+        else
+          f=$(echo patches/"$n"-*.patch)
+        fi
         d=$(tree_dir "p$n")
         [ -d "$d" ] && continue
         cp -a "$(tree_dir base)" "$d"
@@ -242,6 +249,16 @@ PY
         [ -f "$R/epcost-$t.json" ] && costs+=("$R/epcost-$t.json")
       done
       ((${#costs[@]})) && run_ws series 30 python3 -P -m benchmarks.ep_nan --compare "${costs[@]}"
+      # a candidate also gets what 0004 must pass: its tests (the series' test_moe.py beside
+      # the tree's own) and ep_nan.py's numerics
+      for t in "${cands[@]}"; do
+        cp "$(tree_dir series)/tests/kernels/moe/test_moe.py" \
+          "$(tree_dir "$t")/tests/kernels/moe/test_moe_series.py" || echo "!!! no series test_moe.py"
+        run_in "$t" 150 python3 -m pytest -q -p no:cacheprovider -rf \
+          tests/kernels/moe/test_moe_series.py -k "ep_dynamic_tensor_scale or int8_dynamic_per_tensor" \
+          --junitxml "$R/epnan-test-$t.xml"
+        run_ws "$t" 150 python3 -P -m benchmarks.ep_nan --variant "$t" --out "$R/ep_nan-$t.json"
+      done
       ;;
     served)
       install_wheel
@@ -300,10 +317,15 @@ PY
         --layer "${lrows[@]}" --md "$R/served.md" --json "$R/served.json"
       ;;
     kbench)
-      # 0003's own layer benchmark, the command its PR shows (vLLM's benchmarks/kernels/)
-      run_in series "${KBENCH_TIMEOUT:-300}" python3 benchmarks/kernels/benchmark_moe_fp8_decode.py \
-        --model qwen3-30b-a3b deepseek-v3-tp8 mixtral-8x7b --batch-sizes 1 2 3 4 8 16 \
-        2>"$R/kbench.log" | tee "$R/kbench.txt"
+      # 0003's own layer benchmark, the command its PR shows (vLLM's benchmarks/kernels/), on
+      # its branch alone where staged (tree pr0003), KBENCH_RUNS times (default 3)
+      kt=pr0003 && [ -d "$(tree_dir pr0003)" ] || kt=series
+      for ((r = 1; r <= ${KBENCH_RUNS:-3}; r++)); do
+        echo "kbench run $r on $kt"
+        run_in "$kt" "${KBENCH_TIMEOUT:-200}" python3 benchmarks/kernels/benchmark_moe_fp8_decode.py \
+          --model qwen3-30b-a3b deepseek-v3-tp8 mixtral-8x7b --batch-sizes 1 2 3 4 \
+          2>"$R/kbench-$kt-r$r.log" | tee "$R/kbench-$kt-r$r.txt"
+      done
       ;;
     latency)
       # vLLM's own latency benchmark, the command a maintainer reruns (batch 1)

@@ -215,6 +215,9 @@ def test_epcost_takes_a_candidate_patch_by_path(tmp_path):
     assert (trees / "vllm-p0004-zero-fill").is_dir()
     assert "--variant p0004-zero-fill --time-only" in stdout
     assert f"--compare {r}/epcost-base.json {r}/epcost-p0004-zero-fill.json" in stdout
+    # a candidate must also pass what 0004 passes: its tests and ep_nan.py's numerics
+    assert "test_moe_series.py -k ep_dynamic_tensor_scale or int8_dynamic_per_tensor" in stdout
+    assert f"--variant p0004-zero-fill --out {r}/ep_nan-p0004-zero-fill.json" in stdout
 
 
 def test_branches_runs_each_test_plan_on_the_branch_and_before_it(tmp_path):
@@ -236,3 +239,17 @@ def test_branches_runs_each_test_plan_on_the_branch_and_before_it(tmp_path):
     assert all(plan in line for line in ran), ran
     copied = trees / "vllm-pr0004-before" / "tests" / "kernels" / "moe" / "test_moe.py"
     assert copied.read_text() == "# the branch's tests\n"
+
+
+def test_kbench_runs_on_the_branch_alone_where_staged(tmp_path):
+    """A review asked for 0003's benchmark output from its branch alone, three runs: the kbench
+    phase runs it in tree pr0003 when staged (else the series), KBENCH_RUNS times."""
+    stdout, _, trees = _moved_on_stubs(
+        tmp_path, ("base", "series", "pr0003"), 'echo "stub in $PWD: $*"\n',
+        PHASES="kbench", KBENCH_RUNS="2",
+    )  # fmt: skip
+    ran = [line for line in stdout.splitlines() if line.startswith("stub in")]
+    assert len(ran) == 2
+    for line in ran:
+        assert line.startswith(f"stub in {trees}/vllm-pr0003: benchmarks/kernels/")
+        assert line.endswith("--batch-sizes 1 2 3 4")
