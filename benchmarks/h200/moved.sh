@@ -26,7 +26,7 @@
 #          the batch (benchmarks/decode_split.py)
 #   epcost benchmarks/ep_nan.py --time-only on base, base+0002, base+0004, series (EP_TREES;
 #          EP_PATCHES: series patches by number, candidate patch files by path; a candidate
-#          also runs 0004's tests and ep_nan.py's numerics)
+#          also runs 0004's tests and ep_nan.py's numerics; EP_ROUNDS: the trees in turns)
 #   served benchmarks/served: waves of engine processes (served.sh), every process a record;
 #          WAVES names the waves to run (default "1 2 3 4 5"; 6 to 16: 48 layers, a pair
 #          each; 17, 18: three each, for an H200); the series' processes ask for its decode
@@ -56,7 +56,8 @@ for w in ${WAVES:-}; do
 done
 # Seconds and counts are whole numbers ("10m" once turned the budget off); a call is killed at
 # 600 s, so the budget leaves 20 s for the tarball.
-for v in BUDGET ROUNDS BENCH_TIMEOUT LATENCY_TIMEOUT UPSTREAM_JOBS KBENCH_RUNS KBENCH_TIMEOUT; do
+for v in BUDGET ROUNDS BENCH_TIMEOUT LATENCY_TIMEOUT UPSTREAM_JOBS KBENCH_RUNS KBENCH_TIMEOUT \
+  EP_ROUNDS; do
   [[ ${!v:-1} =~ ^[0-9]+$ ]] || { echo "moved.sh: $v=${!v} is not a whole number" >&2; exit 2; }
 done
 ((${BUDGET:-560} <= 580)) || { echo "moved.sh: BUDGET=$BUDGET: a call ends at 600 s" >&2; exit 2; }
@@ -241,12 +242,16 @@ PY
         filterdiff_tests <"$f" | (cd "$d" && patch -p1 -s) || echo "!!! p$n did not apply"
       done
       # the table compares the trees timed in this call (a fixed list once stopped it)
+      # EP_ROUNDS > 1: the trees in turns, each run its own file and column (<tree>.r<round>)
       costs=()
-      for t in ${EP_TREES:-base p0004 p0002 series}; do
-        rm -f "$R/epcost-$t.json"
-        run_ws "$t" 90 python3 -P -m benchmarks.ep_nan --variant "$t" --time-only \
-          --out "$R/epcost-$t.json"
-        [ -f "$R/epcost-$t.json" ] && costs+=("$R/epcost-$t.json")
+      for ((r = 1; r <= ${EP_ROUNDS:-1}; r++)); do
+        for t in ${EP_TREES:-base p0004 p0002 series}; do
+          v=$t && ((${EP_ROUNDS:-1} > 1)) && v=$t.r$r
+          rm -f "$R/epcost-$v.json"
+          run_ws "$t" 90 python3 -P -m benchmarks.ep_nan --variant "$v" --time-only \
+            --out "$R/epcost-$v.json"
+          [ -f "$R/epcost-$v.json" ] && costs+=("$R/epcost-$v.json")
+        done
       done
       ((${#costs[@]})) && run_ws series 30 python3 -P -m benchmarks.ep_nan --compare "${costs[@]}"
       # a candidate also gets what 0004 must pass: its tests (the series' test_moe.py beside

@@ -253,3 +253,16 @@ def test_kbench_runs_on_the_branch_alone_where_staged(tmp_path):
     for line in ran:
         assert line.startswith(f"stub in {trees}/vllm-pr0003: benchmarks/kernels/")
         assert line.endswith("--batch-sizes 1 2 3 4")
+
+
+def test_epcost_rounds_time_the_trees_in_turns(tmp_path):
+    """A review asked for interleaved runs per tree: EP_ROUNDS=2 times base, p0004, base,
+    p0004, each run its own file and column."""
+    stdout, r, _ = _epcost(tmp_path, EP_PATCHES="0004", EP_TREES="base series", EP_ROUNDS="2")
+    timed = [line.split("--variant ")[1].split()[0] for line in stdout.splitlines()
+             if line.startswith("stub:") and "--time-only" in line]  # fmt: skip
+    assert timed == ["base.r1", "series.r1", "base.r2", "series.r2"]
+    assert (
+        f"--compare {r}/epcost-base.r1.json {r}/epcost-series.r1.json "
+        f"{r}/epcost-base.r2.json {r}/epcost-series.r2.json"
+    ) in stdout
