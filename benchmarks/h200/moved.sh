@@ -254,6 +254,12 @@ PY
         done
       done
       ((${#costs[@]})) && run_ws series 30 python3 -P -m benchmarks.ep_nan --compare "${costs[@]}"
+      # the timing snippet a PR body shows (torch and vllm only), once per tree
+      for t in ${EP_TREES:-base p0004 p0002 series}; do
+        echo "snippet on $t"
+        run_in "$t" 90 python3 "$ws/benchmarks/upstream/time_fused_experts_ep.py" |
+          tee "$R/snippet-ep-$t.txt"
+      done
       # a candidate also gets what 0004 must pass: its tests (the series' test_moe.py beside
       # the tree's own) and ep_nan.py's numerics
       for t in "${cands[@]}"; do
