@@ -12,7 +12,8 @@
 #   vllm   vLLM's tests of the touched areas, base vs series (tests/upstream.toml, sharded)
 #   branches each PR branch alone (trees prNNNN, staged by stage_branches.sh): the pytest
 #          commands of its patch's Test Plan on the branch, then on v0.34.0 with the
-#          branch's test files (where a fix's tests must fail)
+#          branch's test files (where a fix's tests must fail); BRANCHES="0004 0003" picks
+#          and orders them
 #   warmup the warm-up's GPU test alone; epnan the expert-parallel NaN test and ep_nan.py on
 #          both trees; wheel the patched release wheel's GPU checks (parts w1..wN)
 #   fi     FlashInfer's SM90 CUTLASS fused-MoE module (FP8 only, built on a CPU machine by
@@ -129,8 +130,12 @@ PY
       done
       ;;
     branches)
-      for d in "$TREE_ROOT"/vllm-pr[0-9][0-9][0-9][0-9]; do
-        [ -d "$d" ] || { echo "!!! no branch trees in $TREE_ROOT: send parts pbNNNN"; break; }
+      # BRANCHES: the patch numbers to run, in that order (a round short of time runs the
+      # cheaper one first); default every staged branch
+      dirs=() && for n in ${BRANCHES:-}; do dirs+=("$TREE_ROOT/vllm-pr$n"); done
+      ((${#dirs[@]})) || dirs=("$TREE_ROOT"/vllm-pr[0-9][0-9][0-9][0-9])
+      for d in "${dirs[@]}"; do
+        [ -d "$d" ] || { echo "!!! no branch tree $d: send part pb${d##*/vllm-pr}"; continue; }
         t=${d##*/vllm-} && n=${t#pr}
         # the Test Plan's pytest lines (indented four spaces in the patch message)
         mapfile -t cmds < <(sed -n '/^## Test Plan/,/^## /s/^    pytest \(.*\)$/\1/p' patches/"$n"-*.patch)

@@ -266,3 +266,17 @@ def test_epcost_rounds_time_the_trees_in_turns(tmp_path):
         f"--compare {r}/epcost-base.r1.json {r}/epcost-series.r1.json "
         f"{r}/epcost-base.r2.json {r}/epcost-series.r2.json"
     ) in stdout
+
+
+def test_branches_runs_the_named_branches_in_their_order(tmp_path):
+    """A round short of time once spent itself on 0003's long test file and reached 0004 with
+    11 s left: BRANCHES="0004 0003" runs 0004 first; a named branch not staged is said, not
+    fatal."""
+    stdout, _, trees = _moved_on_stubs(
+        tmp_path, ("base", "series", "pr0003", "pr0004"), 'echo "stub in $PWD: $*"\n',
+        PHASES="branches", BRANCHES="0004 0009 0003",
+    )  # fmt: skip
+    ran = [line.split(":", 1)[0] for line in stdout.splitlines() if line.startswith("stub in")]
+    assert ran[:2] == [f"stub in {trees}/vllm-pr0004", f"stub in {trees}/vllm-pr0004-before"]
+    assert ran[2:] and all(r.startswith(f"stub in {trees}/vllm-pr0003") for r in ran[2:])
+    assert "!!! no branch tree" in stdout and "send part pb0009" in stdout
