@@ -872,7 +872,9 @@ def test_a_benchmark_naming_a_workspace_path_is_left_out_and_checks_say_why(tiny
     assert "Benchmark `lat`:" in body and "command `vllm bench latency --batch-size 1" in body
     assert "bench_moe" not in body and "Benchmark `moe`" not in body  # not shown,
     assert "No results were found for `moe`" not in body  # nor called missing, but said:
-    assert "Not shown here: the figures of `moe` (on NVIDIA H200), measured with" in body
+    # and no line names the workspace's result set (reviews asked to remove it): no vLLM
+    # command reproduces it
+    assert "Not shown here" not in body and "`moe`" not in body
     said = (tiny / "out/prs/0001/checks.txt").read_text()
     assert "benchmark moe left out of the body: it names the workspace's python -m " in said
 
@@ -1254,7 +1256,7 @@ def left_out_moe(root: Path) -> None:
 
 def test_a_left_out_benchmark_leaves_no_lead_in_hanging(tiny):
     """The sentence that introduced the figures of a benchmark left out ends as a sentence,
-    and one line says what was measured where in their place; the body is ready."""
+    and no line names the left-out result set; the body is ready."""
     msg = (
         "[Core] lead\n\nWhy.\n\n## Test Result\n\nThe layer, % of the read roofline beside "
         "each:\n\nH200 results: (benchmarks/results/)\n\nNot measured yet: served decode."
@@ -1264,8 +1266,7 @@ def test_a_left_out_benchmark_leaves_no_lead_in_hanging(tiny):
     [pr] = prs.prs(hooks=False, tests=False)
     body = (tiny / "out/prs/0001/body.md").read_text()
     assert "beside each:" not in body and "% of the read roofline beside each.\n" in body
-    said = "Not shown here: the figures of `moe` (on NVIDIA H200), measured with scripts"
-    assert said in body and body.index(said) < body.index("Not measured yet")
+    assert "Not shown here" not in body and "`moe`" not in body
     assert prchecks.unfinished(body) == [] and pr.ok, pr.problems
 
 
@@ -1435,3 +1436,18 @@ def test_hand_made_commits_on_a_pr_branch_are_kept_and_a_checked_out_one_is_refu
     [backup] = git(vdir, "for-each-ref", "--format=%(refname)", "refs/vseries/backup/").split()
     assert git(vdir, "rev-parse", backup) == mine and backup in capsys.readouterr().out
     assert git(vdir, "rev-parse", again.branch) == pr.commit  # made again from the patch
+
+
+def test_the_left_out_line_says_only_what_vllm_reproduces():
+    """Left-out figures get a line only where vLLM's own command reproduces some of them,
+    and it names that command and the GPU, never the workspace's result sets."""
+    ours = {"command": "python -m benchmarks.ep_nan", "device": "NVIDIA H100 80GB HBM3"}
+    vllm = {"command": "vllm bench latency --batch-size 1", "device": "NVIDIA H100 80GB HBM3"}
+
+    def foreign(c):
+        return ["benchmarks.ep_nan"] if "benchmarks." in c else []
+
+    assert prbody.left_out([results.Bench("ep_nan_v0.34.0", sources=[ours])], foreign) == ""
+    line = prbody.left_out([results.Bench("served_v0.34.0", sources=[ours, vllm])], foreign)
+    assert "`vllm bench latency --batch-size 1`" in line and "on NVIDIA H100 80GB HBM3" in line
+    assert "served_v0.34.0" not in line and "benchmarks.ep_nan" not in line

@@ -230,25 +230,22 @@ def upstream_only(
 
 
 def left_out(benches: list[Bench], foreign: Callable[[str], list[str]]) -> str:
-    """The body's one line for benchmarks left out (upstream_only): what was measured and
-    where, and vLLM's command that reproduces it where the record names one ("" for none).
-    It stands where the figures would (so a lead-in that introduced them is not left
-    hanging: ``body``)."""
-    said = []
+    """The body's one line for benchmarks left out (upstream_only), only where vLLM's own
+    command reproduces some of them ("" otherwise: a reviewer reads nothing from the names of
+    the workspace's result sets, which two reviews asked to remove; checks.txt names them).
+    It stands where the figures would (``body``)."""
+    where, cmds = [], []
     for b in benches:
         recorded = [x for x in b.sources if x.get("command", "(not recorded)") != "(not recorded)"]
-        where = [x["device"] for x in recorded if x["device"] != "(not recorded)"]
-        where = list(dict.fromkeys(where))
-        cmds = list(dict.fromkeys(x["command"] for x in recorded if not foreign(x["command"])))
-        extra = ([f"on {', '.join(where)}"] if where else []) + (
-            [f"vLLM reproduces them with {', '.join(f'`{c}`' for c in cmds)}"] if cmds else []
-        )
-        said.append(f"`{b.name}`" + (f" ({'; '.join(extra)})" if extra else ""))
-    if not said:
+        where += [x["device"] for x in recorded if x["device"] != "(not recorded)"]
+        cmds += [x["command"] for x in recorded if not foreign(x["command"])]
+    if not cmds:
         return ""
-    names = ", ".join(said[:-1]) + " and " + said[-1] if len(said) > 1 else said[0]
+    on = f" on {', '.join(dict.fromkeys(where))}" if where else ""
+    run = ", ".join(f"`{c}`" for c in dict.fromkeys(cmds))
     return (
-        f"Not shown here: the figures of {names}, measured with scripts that are not part of vLLM."
+        f"Not shown here: figures measured{on} with scripts that are not part of vLLM; "
+        f"vLLM reproduces them with {run}."
     )
 
 
@@ -271,8 +268,8 @@ def body(
         checks: what ran on the branch, or None when the branch was not checked.
         template: the base tree's ``.github/PULL_REQUEST_TEMPLATE.md`` (None: none).
         review: the PR's /pr-checklist report (checklist.py), or None.
-        missing: the line for the benchmarks left out (``left_out``): it stands where the
-            figures would, and a lead-in ending in ':' before it ends in '.' instead.
+        missing: the line for the benchmarks left out (``left_out``), where the figures
+            would stand; with no figures a lead-in ending in ':' ends in '.' instead.
     """
     s = sections(info.message)
     new = layout(template) == NEW
@@ -295,8 +292,8 @@ def body(
     placed = PENDING.search(own)
     if placed:
         before = own[: placed.start()].rstrip()
-        if missing and not measurements(benches, names) and before.endswith(":"):
-            before = before[:-1] + "."  # its figures are left out: it introduces none
+        if not measurements(benches, names) and before.endswith(":"):
+            before = before[:-1] + "."  # no figures follow: it introduces none
         own = "\n\n".join(x for x in (before, figures, own[placed.end() :].strip("\n")) if x)
     result = [own.strip()] if own.strip() else []
     ran = checks_md(info, checks) if checks is not None else ""
