@@ -50,7 +50,7 @@ def main():
         emap = torch.full((e,), -1, dtype=torch.int32, device="cuda")
         emap[:local] = torch.arange(local, dtype=torch.int32, device="cuda")
         qc = fp8_w8a8_moe_quant_config(w1_scale=s, w2_scale=s, per_act_token_quant=False)
-        for m in (1, 2, 4, 8, 16):
+        for m in (1, 2, 3, 4, 8, 16):
             x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
             calls = []
             for _ in range(8):
