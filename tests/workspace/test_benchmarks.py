@@ -521,3 +521,13 @@ def test_layer_benchmark_names_its_classes_in_the_series_tree():
     # the series' decode backend comes first when the tree has one
     if "TRITON_FP8_DECODE" in fp8.Fp8MoeBackend.__members__:
         assert backends[0] == "TRITON_FP8_DECODE" and names[0] != "TritonExperts"
+
+
+def test_the_pr_body_snippet_is_the_upstream_script():
+    """0004's message carries benchmarks/upstream/time_fused_experts_ep.py (from its imports
+    on, indented as a code block) for a reviewer to rerun: the two must not drift apart."""
+    script = (ROOT / "benchmarks/upstream/time_fused_experts_ep.py").read_text()
+    code = script[script.index("import functools") :]
+    block = "\n".join(f"    {line}" if line else "" for line in code.splitlines())
+    [patch] = (ROOT / "patches").glob("0004-*.patch")
+    assert block in patch.read_text()
