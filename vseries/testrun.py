@@ -90,8 +90,8 @@ def tier_upstream(ws: Workspace, fast: bool) -> bool | None:
     if not host.torch_cuda():
         print(
             "upstream tier: not run — no CUDA device here. It runs vLLM's own kernel tests "
-            "(tests/upstream.toml) on base and patched; on an H200: scripts/test.sh "
-            "--tier upstream"
+            "(tests/upstream.toml) on base and patched; on a CUDA host (Hopper for the FP8 "
+            "parts): scripts/test.sh --tier upstream"
         )
         return None
     text, ok = upstream.compare(
