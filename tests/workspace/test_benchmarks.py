@@ -4,6 +4,7 @@ importable, with --help, and refusing a host without CUDA (exit 2)."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -525,9 +526,11 @@ def test_layer_benchmark_names_its_classes_in_the_series_tree():
 
 def test_the_pr_body_snippet_is_the_upstream_script():
     """0004's message carries benchmarks/upstream/time_fused_experts_ep.py (from its imports
-    on, indented as a code block) for a reviewer to rerun: the two must not drift apart."""
+    on, indented as a code block, single blank lines: `git am` folds a run of them, so a
+    message with two would change at every refresh) for a reviewer to rerun: the two must
+    not drift apart."""
     script = (ROOT / "benchmarks/upstream/time_fused_experts_ep.py").read_text()
-    code = script[script.index("import functools") :]
+    code = re.sub(r"\n{3,}", "\n\n", script[script.index("import functools") :])
     block = "\n".join(f"    {line}" if line else "" for line in code.splitlines())
     [patch] = (ROOT / "patches").glob("0004-*.patch")
     assert block in patch.read_text()
