@@ -90,7 +90,8 @@ class ModelShape:
     """A model architecture. ``moe``: one MoE layer as the kernel benchmarks time it (experts,
     top-k, hidden size, intermediate size of one rank); ``kernel_bench``: in their default
     shapes. The rest is for serving it end to end, and only where ``config`` (its public
-    Hugging Face config.json) is given: ``flavours`` it can be served in (``why_flavours``:
+    Hugging Face config.json, or a stand-in's, whose comment says what it leaves out) is
+    given: ``flavours`` it can be served in (``why_flavours``:
     why the others are refused), decoder layers by default (None: full depth), the
     --max-model-len floor, the servers' environment (``env``: see ``benchmarks/e2e/README.md``),
     the sizing ``cost``, the probe's prompt lengths, the weights' device bytes, and what a host
@@ -173,9 +174,61 @@ QWEN3_30B_A3B = ModelShape(
     cost=Cost(a_ms=7.0, b_ms=0.10, p_ms=0.02),
 )
 
-# A DeepSeek-V3 expert slice under tensor parallelism 8 (intermediate 2048 / 8): timed by the
-# kernel benchmarks, not served.
-DSV3_TP8 = ModelShape(name="dsv3-tp8", title="DeepSeek-V3 TP8", moe=(256, 8, 7168, 256))
+# One rank of DeepSeek-V3 under tensor parallelism 8: its routed experts (256, top-8, hidden
+# 7168, intermediate 2048 / 8) as the kernel benchmarks time them. Served on one GPU as a
+# stand-in, not DeepSeek-V3's own architecture: Qwen3-MoE decoder layers with that MoE layer,
+# 16 attention heads (DeepSeek-V3's 128 / 8; GQA with 2 KV heads of 128 in place of MLA's
+# 576-wide latent cache), the rank's share of the vocabulary (129280 / 8) in the embeddings
+# and LM head, as many layers as DeepSeek-V3 has MoE layers (58; its 3 dense ones, the shared
+# expert and the all-reduces are left out). What it measures is the MoE layer's share of one
+# rank's decode step, not a TP8 deployment's TPOT.
+DSV3_TP8 = ModelShape(
+    name="dsv3-tp8",
+    title="DeepSeek-V3 TP8",
+    moe=(256, 8, 7168, 256),
+    config=MappingProxyType(
+        {
+            "architectures": ["Qwen3MoeForCausalLM"],
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "bos_token_id": 0,
+            "eos_token_id": 1,
+            "decoder_sparse_step": 1,
+            "head_dim": 128,
+            "hidden_act": "silu",
+            "hidden_size": 7168,
+            "initializer_range": 0.02,
+            "intermediate_size": 2304,
+            "max_position_embeddings": 40960,
+            "max_window_layers": 58,
+            "mlp_only_layers": [],
+            "model_type": "qwen3_moe",
+            "moe_intermediate_size": 256,
+            "norm_topk_prob": True,
+            "num_attention_heads": 16,
+            "num_experts": 256,
+            "num_experts_per_tok": 8,
+            "num_hidden_layers": 58,
+            "num_key_value_heads": 2,
+            "output_router_logits": False,
+            "rms_norm_eps": 1e-06,
+            "rope_scaling": None,
+            "rope_theta": 10000.0,
+            "router_aux_loss_coef": 0.001,
+            "sliding_window": None,
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+            "use_cache": True,
+            "use_sliding_window": False,
+            "vocab_size": 16160,
+        }
+    ),
+    flavours=("fp8static", "fp8dyn"),
+    why_flavours="a per-tensor stand-in; DeepSeek-V3's own checkpoints are block FP8",
+    # 1.45 GB a layer as per-tensor FP8: 16 layers (23.6 GB) let two engines share an H100
+    default_layers=16,
+    cost=Cost(a_ms=6.0, b_ms=0.15, p_ms=0.03),
+)
 
 MIXTRAL_8X7B = ModelShape(
     name="mixtral-8x7b",

@@ -30,7 +30,8 @@
 #          also runs 0004's tests and ep_nan.py's numerics; EP_ROUNDS: the trees in turns)
 #   served benchmarks/served: waves of engine processes (served.sh), every process a record;
 #          WAVES names the waves to run (default "1 2 3 4 5"; 6 to 16: 48 layers, a pair
-#          each; 17, 18: three each, for an H200); the series' processes ask for its decode
+#          each; 17, 18: three each, for an H200; 19 to 21: DeepSeek-V3 TP8's MoE in a
+#          one-rank stand-in, a pair each); the series' processes ask for its decode
 #          backend (--moe-backend triton_fp8_decode) but sa* (its auto)
 #   sweep  benchmarks/decode_sweep.py: the decode kernels' split-K and stages swept at one
 #          token (SWEEP_ARGS: other shapes, batches, --grid with K steps or warps), the
@@ -281,7 +282,7 @@ PY
       # shellcheck source=benchmarks/h200/served.sh
       . benchmarks/h200/served.sh
       # the series' processes ask for its decode backend (D), except the sa* ones (its auto)
-      D=triton_fp8_decode
+      D=triton_fp8_decode V=dsv3-tp8
       for w in ${WAVES:-1 2 3 4 5}; do
         case $w in
           1) served_wave 1 340 bd1:base:fp8dyn:trace sd1:series:fp8dyn:trace:$D \
@@ -324,13 +325,25 @@ PY
             Hbs2:base:fp8static:::48 ;;
           18) served_wave 18 330 Hss2:series:fp8static::$D:48 Hbs3:base:fp8static:::48 \
             Hss3:series:fp8static::$D:48 ;;
+          # DeepSeek-V3 TP8's MoE layer served in a one-rank stand-in (benchmarks/shapes.py
+          # says what it leaves out), 16 layers, about 27 GiB an engine: a pair fits an H100.
+          # v0.34.0's default against the decode backend (19 static, 21 dynamic) and against
+          # the series as it is (20: 0001's TRITON)
+          19) served_wave 19 300 Dbs1:base:fp8static:::16:$V Dss1:series:fp8static::$D:16:$V ;;
+          20) served_wave 20 300 Dsa1:series:fp8static:::16:$V Dbs2:base:fp8static:::16:$V ;;
+          21) served_wave 21 300 Dbd1:base:fp8dyn:::16:$V Dsd1:series:fp8dyn::$D:16:$V ;;
         esac
       done
       # the layer rows only where a layer phase ran on this host (an unmatched glob stays
       # literal and stopped the report)
       mapfile -t lrows < <(compgen -G "$R/moe_layer-*.json")
-      run_ws series 60 python3 -P -m benchmarks.served.report "$R"/served/*.json \
-        --layer "${lrows[@]}" --md "$R/served.md" --json "$R/served.json"
+      # a report per model whose engines ran (served.md: Qwen3-30B-A3B's; served-<arch>.md)
+      for a in qwen3-30b-a3b "$V"; do
+        grep -lq "\"arch\": \"$a\"" "$R"/served/*.json 2>/dev/null || continue
+        sfx=-$a && [ "$a" = qwen3-30b-a3b ] && sfx=
+        run_ws series 60 python3 -P -m benchmarks.served.report "$R"/served/*.json \
+          --layer "${lrows[@]}" --shape "$a" --md "$R/served$sfx.md" --json "$R/served$sfx.json"
+      done
       ;;
     kbench)
       # 0003's own layer benchmark, the command its PR shows (vLLM's benchmarks/kernels/), on

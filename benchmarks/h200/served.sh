@@ -2,11 +2,12 @@
 # Host side of the served-decode benchmark (benchmarks/served): waves of engine processes of
 # vLLM's offline LLM, several alive at once on the one GPU, measuring in turns. Sourced by
 # moved.sh (its `served` phase) after lib.sh; reads R (results), SITE, ws, deadline.
-#   served_wave NAME LIMIT SPEC...   SPEC = name:tree:flavour[:trace[:backend[:layers]]]
+#   served_wave NAME LIMIT SPEC...   SPEC = name:tree:flavour[:trace[:backend[:layers[:arch]]]]
 # tree: base or series (the staged trees), wheel (the patched release wheel in /root/wsite);
 # backend: a --moe-backend to ask for (default: the oracle's choice); layers: the model's depth
-# (default 24). A wave whose processes do not fit in the GPU's memory together
-# (benchmarks.served.fit) runs in parts, each a wave of its own (3a, 3b, ...), LIMIT each.
+# (default 24); arch: a record of benchmarks/shapes.py (default qwen3-30b-a3b). A wave whose
+# processes do not fit in the GPU's memory together (benchmarks.served.fit) runs in parts,
+# each a wave of its own (3a, 3b, ...), LIMIT each.
 # Each process: $R/served/<name>.json (its record) and <name>.log (its output: vLLM logs to
 # stdout; the engine reads the backend lines from there).
 # shellcheck shell=bash
@@ -37,18 +38,18 @@ served_part() {
     echo "!!! wave $wave skipped (budget)"
     return 1
   fi
-  local dir=/tmp/turns-$wave n=$# i=0 pids=() spec name tree flavour trace backend layers path
+  local dir=/tmp/turns-$wave n=$# i=0 pids=() spec name tree flavour trace backend layers arch path
   rm -rf "$dir" && mkdir -p "$R/served"
   echo "=== wave $wave: $n engines, ${limit}s, at ${SECONDS}s: $*"
   for spec in "$@"; do
-    IFS=: read -r name tree flavour trace backend layers <<<"$spec"
+    IFS=: read -r name tree flavour trace backend layers arch <<<"$spec"
     if [ "$tree" = wheel ]; then path="/root/wsite:$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages:$ws"; else path=$(tree_path "$tree"); fi
     # the engine reads its own stderr file at the end (--log: the backend lines)
     # shellcheck disable=SC2094
     (cd "$ws" && env "${served_env[@]}" PYTHONPATH="$path" timeout "$limit" python3 -P -m \
       benchmarks.served.engine --name "$name" --tree "$tree" --flavour "$flavour" \
       --turns "$dir" --index "$i" --count "$n" ${trace:+--trace} --moe-backend "${backend:-auto}" \
-      ${layers:+--layers "$layers"} --gpu-mib "$gpu_mib" \
+      ${layers:+--layers "$layers"} ${arch:+--arch "$arch"} --gpu-mib "$gpu_mib" \
       --wait-s $((limit - 60)) --log "$R/served/$name.log" --out "$R/served/$name.json" \
       >"$R/served/$name.log" 2>&1) &
     pids+=($!)

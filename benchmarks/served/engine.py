@@ -47,9 +47,12 @@ PROMPT_LEN = 32
 EQUIV_PROMPTS, EQUIV_TOKENS = 8, 64
 
 
-def prompts(n: int, length: int, seed: int) -> list[list[int]]:
+def prompts(n: int, length: int, seed: int, vocab: int = 30000) -> list[list[int]]:
+    """Token ids in 1000..min(vocab, 30000): the same prompts for every model whose
+    vocabulary holds them (a stand-in's may be smaller)."""
     rng = random.Random(seed)
-    return [[rng.randrange(1000, 30000) for _ in range(length)] for _ in range(n)]
+    top = min(vocab, 30000)
+    return [[rng.randrange(min(1000, top // 2), top) for _ in range(length)] for _ in range(n)]
 
 
 def reps_per_batch(spec: str) -> dict[int, int]:
@@ -150,6 +153,7 @@ def run(args, save=None) -> dict:
     from vllm import SamplingParams
 
     cfg = models.model_config(args.arch, args.flavour, args.layers)
+    vocab = cfg["vocab_size"]
     model = Path(tempfile.mkdtemp(prefix="served-"))
     (model / "config.json").write_text(json.dumps(cfg))
     profile_dir = tempfile.mkdtemp(prefix="trace-") if args.trace else None
@@ -171,8 +175,8 @@ def run(args, save=None) -> dict:
         out = llm.generate([TokensPrompt(prompt_token_ids=p) for p in ps], sp, use_tqdm=False)
         return time.perf_counter() - t, out
 
-    generate(prompts(4, PROMPT_LEN, seed=99), 64)  # first requests: lazy allocations
-    _, out = generate(prompts(EQUIV_PROMPTS, PROMPT_LEN, seed=1), EQUIV_TOKENS)
+    generate(prompts(4, PROMPT_LEN, seed=99, vocab=vocab), 64)  # first requests: lazy allocations
+    _, out = generate(prompts(EQUIV_PROMPTS, PROMPT_LEN, seed=1, vocab=vocab), EQUIV_TOKENS)
     rec["tokens"] = [list(o.outputs[0].token_ids) for o in out]
     turns = Turns(Path(args.turns), args.index, args.count)
     turns.join()
@@ -182,7 +186,9 @@ def run(args, save=None) -> dict:
     for j, (bs, rep) in enumerate(order):
         turns.take()
         try:
-            dt, out = generate(prompts(bs, PROMPT_LEN, seed=100 + rep), args.output_len)
+            dt, out = generate(
+                prompts(bs, PROMPT_LEN, seed=100 + rep, vocab=vocab), args.output_len
+            )
         finally:
             turns.give(finished=j == len(order) - 1 and not args.trace)
         tpot, _ = tpot_of(out)
@@ -198,7 +204,7 @@ def run(args, save=None) -> dict:
             for bs in (1, max(BATCHES)):
                 before = set(Path(profile_dir).rglob("*.json*"))
                 llm.start_profile()
-                generate(prompts(bs, PROMPT_LEN, seed=7), args.trace_tokens)
+                generate(prompts(bs, PROMPT_LEN, seed=7, vocab=vocab), args.trace_tokens)
                 llm.stop_profile()
                 rec["trace"][str(bs)] = trace_mod.summarise_folder(
                     Path(profile_dir), exclude=before, wait_s=60,
@@ -246,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
         turns = Turns(Path(args.turns), args.index, args.count)
         turns.join()
         turns.give(finished=True)
-        args.out.write_text(json.dumps({"name": args.name, "error": repr(exc)[:2000]}))
+        args.out.write_text(
+            json.dumps({"name": args.name, "arch": args.arch, "error": repr(exc)[:2000]})
+        )
         raise
     write_record(args, rec)
     print(json.dumps({k: v for k, v in rec.items() if k not in ("tokens", "trace")}))

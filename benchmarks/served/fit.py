@@ -10,7 +10,9 @@ processes are only compared inside a wave, so a wave lists its processes in pair
     python -m benchmarks.served.fit --gpu-mib 81559 --kv-gib 2 3 bd4:base:fp8dyn ...
 
 prints one line per part: its wave name, then its specs (``served.sh`` reads them), and on
-stderr why the wave was split. A spec is ``name:tree:flavour[:trace[:backend[:layers]]]``.
+stderr why the wave was split. A spec is
+``name:tree:flavour[:trace[:backend[:layers[:arch]]]]`` (arch: a record of
+``benchmarks/shapes.py``, ``--arch`` where a spec names none).
 """
 
 from __future__ import annotations
@@ -52,14 +54,20 @@ def spec_layers(spec: str) -> int:
     return int(fields[5]) if len(fields) > 5 and fields[5] else DEFAULT_LAYERS
 
 
+def spec_arch(spec: str, arch: str) -> str:
+    """The spec's model (its seventh field), else ``arch``."""
+    fields = spec.split(":")
+    return fields[6] if len(fields) > 6 and fields[6] else arch
+
+
 def spec_need(spec: str, kv_gib: float, arch: str) -> float:
-    """The footprint of one spec; a spec that names no flavour, a flavour or depth the model
-    does not have, or a depth that is not a number stops with what is wrong."""
+    """The footprint of one spec; a spec that names no flavour, a model, flavour or depth
+    that is not served, or a depth that is not a number stops with what is wrong."""
     fields = spec.split(":")
     try:
-        if len(fields) < 3 or not all(fields[:3]):
-            raise ValueError("expected name:tree:flavour[:trace[:backend[:layers]]]")
-        return footprint_gib(arch, fields[2], spec_layers(spec), kv_gib)
+        if len(fields) < 3 or not all(fields[:3]) or len(fields) > 7:
+            raise ValueError("expected name:tree:flavour[:trace[:backend[:layers[:arch]]]]")
+        return footprint_gib(spec_arch(spec, arch), fields[2], spec_layers(spec), kv_gib)
     except ValueError as exc:
         raise SystemExit(f"fit: spec {spec!r}: {exc}") from None
 

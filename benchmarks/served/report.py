@@ -342,6 +342,7 @@ def build(
 
 # what a record has: its name, then its error (a failed process) or its tree and flavour
 RECORD_KEYS = ("name", "tree", "flavour")
+DEFAULT_ARCH = "qwen3-30b-a3b"  # the engine's default, and the records' before they said it
 
 
 def read_inputs(
@@ -365,6 +366,14 @@ def read_inputs(
                 "benchmarks/served/engine.py writes them)"
             )
         recs.append(r)
+    # one model per report: records of other models (the arch each engine served; error
+    # records and the records written before the engine kept it are Qwen3-30B-A3B's)
+    archs = {r.get("arch", DEFAULT_ARCH) for r in recs}
+    recs = [r for r in recs if r.get("arch", DEFAULT_ARCH) == shape]
+    if records and not recs:
+        raise ValueError(
+            f"--shape {shape}: no engine record of it; the records hold " + ", ".join(sorted(archs))
+        )
     rows = []
     for p in layer:
         head, file_rows = results.load(p)
@@ -384,7 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("records", nargs="+", type=Path)
     ap.add_argument("--layer", nargs="*", type=Path, default=[], help="bench_moe_layer JSON")
-    ap.add_argument("--shape", default="qwen3-30b-a3b")
+    ap.add_argument(
+        "--shape", default=DEFAULT_ARCH, help="the model (benchmarks/shapes.py) of the report"
+    )
     ap.add_argument("--md", type=Path)
     ap.add_argument("--json", type=Path)
     ap.add_argument(

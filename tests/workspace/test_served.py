@@ -289,6 +289,22 @@ def test_report_shows_a_failed_process(tmp_path):
     assert "| x | - | - | failed: RuntimeError('boom') |" in text
 
 
+def test_a_report_is_of_one_model(tmp_path):
+    """Records of the DeepSeek-V3 TP8 stand-in and of Qwen3-30B-A3B side by side: each report
+    lists its own model's processes only (records without an arch are Qwen3-30B-A3B's); a
+    model with no record stops the report with the models the records hold."""
+    q = _record(tmp_path, "b1", "base", "fp8dyn", [2.1], [[1]])
+    d = _record(tmp_path, "Db1", "base", "fp8dyn", [3.1], [[1]])
+    d.write_text(json.dumps({**json.loads(d.read_text()), "arch": "dsv3-tp8"}))
+    text, _ = report.build([q, d], [], "qwen3-30b-a3b")
+    assert "| b1 |" in text and "| Db1 |" not in text
+    text, _ = report.build([q, d], [], "dsv3-tp8")
+    assert "| Db1 |" in text and "| b1 |" not in text
+    with pytest.raises(ValueError, match="mixtral-8x7b: no engine record of it; the records "
+                       "hold dsv3-tp8, qwen3-30b-a3b"):  # fmt: skip
+        report.build([q, d], [], "mixtral-8x7b")
+
+
 def test_a_process_marked_gone_completes_the_wave_and_loses_the_turn(tmp_path):
     a = turns.Turns(tmp_path, 0, 2)
     a.join()
@@ -423,6 +439,39 @@ def test_fit_names_the_parts_for_served_sh(capsys):
     out = capsys.readouterr()
     assert out.out.splitlines() == ["3a b:base:fp8dyn", "3b s:series:fp8dyn"]
     assert "runs in 2 parts" in out.err
+
+
+def test_a_spec_names_its_model_and_the_stand_in_pairs_fit_an_h100(capsys):
+    """The seventh field of a spec is its model (a record of benchmarks/shapes.py): the
+    DeepSeek-V3 TP8 stand-in at 16 layers (about 27 GiB) runs as a pair on an H100 and at 24
+    layers (about 38 GiB) does not; a model that is not served stops fit with its name."""
+    pair16 = ["b:base:fp8static:::16:dsv3-tp8", "s:series:fp8static::x:16:dsv3-tp8"]
+    pair24 = [s.replace(":16:", ":24:") for s in pair16]
+    h100 = fit.USABLE * 81559 / 1024
+    assert 25 < fit.spec_need(pair16[0], 2, "qwen3-30b-a3b") < 30
+    assert fit.parts(pair16, h100, 2, "qwen3-30b-a3b") == [pair16]
+    assert fit.parts(pair24, h100, 2, "qwen3-30b-a3b") == [pair24[:1], pair24[1:]]
+    # the same spec without the field is Qwen3-30B-A3B's (a different footprint)
+    assert fit.spec_need("b:base:fp8static:::16", 2, "qwen3-30b-a3b") < 20
+    with pytest.raises(SystemExit, match="fit: spec 'b:base:fp8static:::16:nope'.*unknown arch"):
+        fit.parts(["b:base:fp8static:::16:nope"], h100, 2, "qwen3-30b-a3b")
+    with pytest.raises(SystemExit, match="fit: spec .*expected name:tree:flavour"):
+        fit.parts(["b:base:fp8static:::16:dsv3-tp8:x"], h100, 2, "qwen3-30b-a3b")
+
+
+def test_the_stand_in_is_one_rank_of_deepseek_v3_tp8():
+    """The served DeepSeek-V3 TP8 record: its MoE layer is the kernel benchmarks' shape, the
+    vocabulary one rank's share, and the engine's prompts stay inside it (the others' prompts
+    are unchanged)."""
+    from benchmarks import shapes
+    from benchmarks.e2e import models
+
+    cfg = models.model_config("dsv3-tp8", "fp8dyn")
+    assert cfg["num_hidden_layers"] == 16 and cfg["num_attention_heads"] == 128 // 8
+    assert cfg["vocab_size"] == 129280 // 8 and shapes.get("dsv3-tp8").moe == (256, 8, 7168, 256)
+    ids = [t for p in engine.prompts(16, 32, seed=1, vocab=cfg["vocab_size"]) for t in p]
+    assert max(ids) < cfg["vocab_size"]
+    assert engine.prompts(4, 32, seed=1) == engine.prompts(4, 32, seed=1, vocab=151936)
 
 
 def test_the_engine_asks_for_its_footprints_share_of_the_gpu():
