@@ -31,8 +31,9 @@
 #   served benchmarks/served: waves of engine processes (served.sh), every process a record;
 #          WAVES names the waves to run (default "1 2 3 4 5"; 6 to 16: 48 layers, a pair
 #          each; 17, 18: three each, for an H200; 19 to 21: DeepSeek-V3 TP8's MoE in a
-#          one-rank stand-in, a pair each); the series' processes ask for its decode
-#          backend (--moe-backend triton_fp8_decode) but sa* (its auto)
+#          one-rank stand-in, a pair each; 22, 23: 48-layer dynamic pairs); the series'
+#          processes ask for its decode backend (--moe-backend triton_fp8_decode) but sa*
+#          (its auto)
 #   sweep  benchmarks/decode_sweep.py: the decode kernels' split-K and stages swept at one
 #          token (SWEEP_ARGS: other shapes, batches, --grid with K steps or warps), the
 #          fastest beside 0003's own configuration
@@ -325,6 +326,9 @@ PY
             Hbs2:base:fp8static:::48 ;;
           18) served_wave 18 330 Hss2:series:fp8static::$D:48 Hbs3:base:fp8static:::48 \
             Hss3:series:fp8static::$D:48 ;;
+          # fourth and fifth pairs of the dynamic arms at 48 layers (after 6, 8 and 10)
+          22) served_wave 22 300 Lsd4:series:fp8dyn::$D:48 Lbd4:base:fp8dyn:::48 ;;
+          23) served_wave 23 300 Lbd5:base:fp8dyn:::48 Lsd5:series:fp8dyn::$D:48 ;;
           # DeepSeek-V3 TP8's MoE layer served in a one-rank stand-in (benchmarks/shapes.py
           # says what it leaves out), 16 layers, about 27 GiB an engine: a pair fits an H100.
           # v0.34.0's default against the decode backend (19 static, 21 dynamic) and against
