@@ -17,6 +17,12 @@ traffic, 24% of the read roofline. The patch's promise, against whichever vLLM i
   size it accepts, 1 to 16 tokens, within 6% of a float32 reference, under Triton's
   interpreter with the GPU's rounding (static and dynamic scales, expert parallelism, split-K,
   repeated and -1 top-k ids); the base has no such function.
+- CPU, what the GPU compiles: every compile key the patch's JIT warm-up registers (v0.34.0's
+  framework, skipped on a line without it) for four layer shapes, static and dynamic scales,
+  with and without an expert map, compiles for sm_90 with the pinned Triton, and both
+  kernels' GEMMs are FP8 wgmma (e4m3 x e4m3): the warm-up's own expansion with Triton's sm_90
+  binder in place of the GPU's, so a kernel or Triton change that breaks the SM90 build
+  fails here, not at a GPU host's start-up.
 - CUDA (SM90, skipped elsewhere): the same call under CUDA-graph replay launches two CUDA
   kernels (profiler), and its output is within 4% (max |err| / max |ref|) of a float32
   reference on the dequantised weights with the activations quantised per tensor.
@@ -249,6 +255,70 @@ NUM_CASES = (
     + [("split-k", m, False, (2, 2)) for m in (1, 5, 16)]
     + [("repeat", 3, False, None)]
 )
+
+
+# hidden, intermediate, top-k of the layers the warm-up registers: Qwen3-30B-A3B, DeepSeek-V3
+# TP8 (split-K in GEMM1, quantized first at three tokens with dynamic scales), Mixtral-8x7B
+# (quantized first from two tokens), and a shape that splits GEMM2's K
+WARMUP_LAYERS = {
+    "qwen3-30b-a3b": (2048, 768, 8),
+    "dsv3-tp8": (7168, 256, 8),
+    "mixtral-8x7b": (4096, 14336, 2),
+    "gemm2-split-k": (256, 4096, 2),
+}
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+def test_every_warmup_variant_compiles_to_fp8_wgmma_for_sm90(static, monkeypatch):
+    """CPU: the warm-up's compile keys of four layer shapes (with and without an expert map)
+    compile for sm_90, each kernel's GEMM an FP8 wgmma; the split-K and quantize-first
+    variants are among them (a quantize-first variant only with dynamic scales)."""
+    import re
+
+    from vseries.lab import triton_jit
+
+    try:
+        jit_warmup = importlib.import_module("vllm.model_executor.warmup.jit_warmup")
+        helper = importlib.import_module("vllm.model_executor.warmup.jit_warmup_triton_helper")
+    except ImportError:
+        pytest.skip("this line has no JIT warm-up framework (v0.34.0's jit_warmup)")
+    fd = importlib.import_module("vllm.model_executor.layers.fused_moe.fused_moe_decode")
+    experts = importlib.import_module(
+        "vllm.model_executor.layers.fused_moe.experts.triton_fp8_decode_moe"
+    )
+    monkeypatch.setattr(fd, "_num_sms", lambda index: 132)  # an H100/H200's configs
+    monkeypatch.setattr(helper, "_triton_key_deriver", triton_jit.sm90_key_deriver)
+    registry = jit_warmup.JitWarmupRegistry(None)
+    with registry.activate():
+        for (hidden, inter, top_k), ep in [
+            (s, ep) for s in WARMUP_LAYERS.values() for ep in (0, 1)
+        ]:
+            fd.register_decode_warmup(
+                hidden=hidden, inter=inter, top_k=top_k, act_dtype=torch.bfloat16,
+                a1_static=static, a2_static=static, has_expert_map=bool(ep),
+                mul_routed_weight=(True,), max_tokens=experts.FP8_DECODE_MAX_TOKENS,
+            )  # fmt: skip
+    with (
+        triton_jit.capture_launches(fd._moe_decode_w13_kernel) as w13,
+        triton_jit.capture_launches(fd._moe_decode_w2_kernel) as w2,
+    ):
+        registry.warmup()
+    assert len(w13) >= 2 * len(WARMUP_LAYERS) and len(w2) >= 2 * len(WARMUP_LAYERS)
+    wrong = []
+    for kernel, launches in ((fd._moe_decode_w13_kernel, w13), (fd._moe_decode_w2_kernel, w2)):
+        for launch in launches:
+            mma = set(
+                re.findall(
+                    r"\b(?:wgmma\.mma_async|mma\.sync)[\w.]*", triton_jit.ptx(kernel, launch)
+                )
+            )
+            if not mma or any(not m.startswith("wgmma") or "e4m3.e4m3" not in m for m in mma):
+                shown = {k: v for k, v in launch.kwargs.items() if k.isupper() or k == "K"}
+                wrong.append(f"{kernel.fn.__name__} {shown}: {sorted(mma)}")
+    assert not wrong, "not FP8 wgmma on sm_90:\n" + "\n".join(wrong)
+    assert {x.kwargs["SPLIT_K"] for x in w13} > {1} and {x.kwargs["SPLIT_K"] for x in w2} > {1}
+    modes = {x.kwargs["A_MODE"] for x in w13}  # 0: static, 1: dynamic, 2: quantized first
+    assert modes == {0} if static else 2 in modes, modes
 
 
 def _num_layer(case: str, m: int):

@@ -204,6 +204,30 @@ def specialisation_keys(kernel: Any, launches: Sequence[Launch], target=None) ->
     return keys
 
 
+def sm90_key_deriver(kernel: Any) -> Callable[[dict], set[tuple]]:
+    """For vLLM's JIT warm-up (v0.34.0: ``jit_warmup_triton_helper._triton_key_deriver``) on
+    a host without a GPU: the key of a warm-up launch from Triton's own sm_90 binder, as
+    ``specialisation_keys`` computes it, not from the driver's current device. With it, the
+    warm-up expands and deduplicates a kernel's compile keys as on an H100/H200, and its
+    compile step reaches ``JITFunction.run`` (``capture_launches``).
+
+    Raises:
+        TypeError: ``kernel`` is not a plain JITFunction (an autotuned or heuristics wrapper
+            needs vLLM's own deriver).
+    """
+    from triton.runtime.jit import JITFunction, create_function_from_signature
+
+    if not isinstance(kernel, JITFunction):
+        raise TypeError(f"sm90_key_deriver takes a JITFunction, not {type(kernel).__name__}")
+    binder = create_function_from_signature(kernel.signature, kernel.params, _backend())
+
+    def derive(kwargs: dict) -> set[tuple]:
+        _, specialization, options = binder(**kwargs)
+        return {(id(kernel), tuple(specialization), tuple(sorted(options.items())))}
+
+    return derive
+
+
 def changing_args(kernel: Any, keys: Sequence[tuple]) -> list[str]:
     """Names of the arguments whose specialisation differs between the given keys.
 
