@@ -281,6 +281,26 @@ def test_report_lists_every_process_and_predicts_from_the_layer_table(tmp_path):
     assert all("tokens" not in r for r in slim)
 
 
+def test_report_holds_a_continuation_to_every_base_process(tmp_path):
+    """Dummy weights leave near-ties that two v0.34.0 processes break differently: a series
+    continuation equal to another base process's counts as equal; one that no base process
+    made does not, and a base process whose form no other base process made shows it."""
+    dec = {"moe_backend": "triton_fp8_decode"}
+    paths = [
+        _record(tmp_path, "b1", "base", "fp8dyn", [2.1], [[1, 2, 3], [4, 5, 6]]),
+        _record(tmp_path, "b2", "base", "fp8dyn", [2.1], [[1, 2, 7], [4, 5, 6]]),
+        _record(tmp_path, "b3", "base", "fp8dyn", [2.1], [[1, 2, 7], [4, 5, 6]]),
+        _record(tmp_path, "s1", "series", "fp8dyn", [1.9], [[1, 2, 7], [4, 5, 6]], **dec),
+        _record(tmp_path, "s2", "series", "fp8dyn", [1.9], [[1, 8, 3], [4, 5, 6]], **dec),
+    ]
+    lines = report.build(paths, [], "qwen3-30b-a3b")[0].splitlines()
+    cell = {ln.split(" | ")[0][2:]: ln.rstrip(" |").rsplit(" | ", 1)[1] for ln in lines
+            if ln.startswith(("| b", "| s")) and " | 80.0 | " in ln}  # fmt: skip
+    assert cell["s1"] == "2/2" and cell["b2"] == "2/2" and cell["b3"] == "2/2"
+    assert cell["s2"] == "1/2 (first at [1, None])"  # against b1, the first base process
+    assert cell["b1"] == "1/2 (first at [2, None])"  # against b2: no other base made its form
+
+
 def test_report_shows_a_failed_process(tmp_path):
     p = tmp_path / "x.json"
     p.write_text(json.dumps({"name": "x", "error": "RuntimeError('boom')"}))
