@@ -31,7 +31,8 @@
 #   served benchmarks/served: waves of engine processes (served.sh), every process a record;
 #          WAVES names the waves to run (default "1 2 3 4 5"; 6 to 16: 48 layers, a pair
 #          each; 17, 18: three each, for an H200; 19 to 21: DeepSeek-V3 TP8's MoE in a
-#          one-rank stand-in, a pair each; 22, 23: 48-layer dynamic pairs); the series'
+#          one-rank stand-in, a pair each; 22, 23: 48-layer dynamic pairs; 24: one more, traced,
+#          its trace files kept); the series'
 #          processes ask for its decode backend (--moe-backend triton_fp8_decode) but sa*
 #          (its auto)
 #   sweep  benchmarks/decode_sweep.py: the decode kernels' split-K and stages swept at one
@@ -329,6 +330,9 @@ PY
           # fourth and fifth pairs of the dynamic arms at 48 layers (after 6, 8 and 10)
           22) served_wave 22 300 Lsd4:series:fp8dyn::$D:48 Lbd4:base:fp8dyn:::48 ;;
           23) served_wave 23 300 Lbd5:base:fp8dyn:::48 Lsd5:series:fp8dyn::$D:48 ;;
+          # a traced 48-layer dynamic pair whose trace files come back whole (served/traces/):
+          # with the layer phase in the same call, prediction and TPOT from one machine
+          24) served_wave 24 330 Lsd6:series:fp8dyn:trace:$D:48 Lbd6:base:fp8dyn:trace::48 ;;
           # DeepSeek-V3 TP8's MoE layer served in a one-rank stand-in (benchmarks/shapes.py
           # says what it leaves out), 16 layers, about 27 GiB an engine: a pair fits an H100.
           # v0.34.0's default against the decode backend (19 static, 21 dynamic) and against

@@ -48,7 +48,8 @@ served_part() {
     # shellcheck disable=SC2094
     (cd "$ws" && env "${served_env[@]}" PYTHONPATH="$path" timeout "$limit" python3 -P -m \
       benchmarks.served.engine --name "$name" --tree "$tree" --flavour "$flavour" \
-      --turns "$dir" --index "$i" --count "$n" ${trace:+--trace} --moe-backend "${backend:-auto}" \
+      --turns "$dir" --index "$i" --count "$n" ${trace:+--trace --trace-keep "$R/served/traces"} \
+      --moe-backend "${backend:-auto}" \
       ${layers:+--layers "$layers"} ${arch:+--arch "$arch"} --gpu-mib "$gpu_mib" \
       --wait-s $((limit - 60)) --log "$R/served/$name.log" --out "$R/served/$name.json" \
       >"$R/served/$name.log" 2>&1) &

@@ -145,6 +145,23 @@ def build_llm(args, model: Path, profile_dir: str | None):
     )
 
 
+def keep_trace(folder: Path, name: str, keep: Path, stem: str) -> str:
+    """Copy the trace file ``name`` (under ``folder``) to ``keep/<stem>.pt.trace.json.gz``,
+    gzipped if it is not: the whole trace, host and GPU, for what its summary leaves out."""
+    import gzip
+    import shutil
+
+    src = next(folder.rglob(name))
+    keep.mkdir(parents=True, exist_ok=True)
+    dst = keep / f"{stem}.pt.trace.json.gz"
+    if src.suffix == ".gz":
+        shutil.copyfile(src, dst)
+    else:
+        with src.open("rb") as f, gzip.open(dst, "wb") as g:
+            shutil.copyfileobj(f, g)
+    return dst.name
+
+
 def run(args, save=None) -> dict:
     """The process's record; ``save(rec)`` is called once its timings are in, before the
     trace, so that a process stopped during its trace (the wave's time limit) keeps them."""
@@ -210,6 +227,11 @@ def run(args, save=None) -> dict:
                     Path(profile_dir), exclude=before, wait_s=60,
                     decode_steps=args.trace_tokens - 1,
                 )  # fmt: skip
+                if args.trace_keep and "file" in rec["trace"][str(bs)]:
+                    rec["trace"][str(bs)]["kept"] = keep_trace(
+                        Path(profile_dir), rec["trace"][str(bs)]["file"], args.trace_keep,
+                        f"{args.name}-bs{bs}",
+                    )  # fmt: skip
         except Exception as exc:  # a trace must not lose the timings
             rec["trace_error"] = f"{type(exc).__name__}: {exc}"[:500]
         finally:
@@ -237,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wait-s", type=float, default=400.0, help="wait for the wave this long")
     ap.add_argument("--trace", action="store_true", help="also trace decode steps")
     ap.add_argument("--trace-tokens", type=int, default=48)
+    ap.add_argument(
+        "--trace-keep", type=Path, help="with --trace: keep each trace file in this folder"
+    )
     ap.add_argument(
         "--log",
         type=Path,

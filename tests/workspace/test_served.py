@@ -217,6 +217,28 @@ def test_trace_of_a_folder_reads_gzip(tmp_path):
     assert s["file"] == p.name and s["steps"] == 3
 
 
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_kept_trace_is_the_whole_file_gzipped(tmp_path, gz):
+    """--trace-keep copies the summarised trace file out of the profiler's folder as
+    <name>-bs<batch>.pt.trace.json.gz (gzipped when the profiler wrote plain JSON), and
+    the copy summarises as the original does."""
+    import gzip
+
+    raw = json.dumps({"traceEvents": _decode_trace()}).encode()
+    src = tmp_path / "prof" / "worker"
+    src.mkdir(parents=True)
+    name = "w0.pt.trace.json" + (".gz" if gz else "")
+    (src / name).write_bytes(gzip.compress(raw) if gz else raw)
+    kept = engine.keep_trace(tmp_path / "prof", name, tmp_path / "keep", "Lsd6-bs1")
+    assert kept == "Lsd6-bs1.pt.trace.json.gz"
+    assert gzip.decompress((tmp_path / "keep" / kept).read_bytes()) == raw
+    a = trace.summarise_folder(tmp_path / "keep", decode_steps=4)
+    b = trace.summarise_folder(tmp_path / "prof", decode_steps=4)
+    assert {k: v for k, v in a.items() if k not in ("file", "bytes")} == {
+        k: v for k, v in b.items() if k not in ("file", "bytes")
+    }
+
+
 def _record(tmp_path, name, tree, flavour, tpot, tokens, layers=24, moe_backend="auto"):
     r = {
         "name": name, "tree": tree, "flavour": flavour, "moe_backend": moe_backend,
