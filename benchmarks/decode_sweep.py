@@ -12,7 +12,10 @@ those keys of the patch's configuration, by patching the name the decode experts
 as ``benchmarks/decode_split.py`` does; the patch is unchanged. Every configuration compiles
 its own kernel variants (about 1-3 s each on an H200), so the default grid is small: split-K
 of both kernels and the stages, 18 configurations per shape, scale and batch; K steps
-(``BLOCK_K1``, ``BLOCK_K2``) and warps only when ``--grid`` names them.
+(``BLOCK_K1``, ``BLOCK_K2``), tiles (``BLOCK_I``: GEMM1's intermediate rows, twice that many
+weight rows; ``BLOCK_N``: GEMM2's hidden rows) and warps only when ``--grid`` names them, e.g.
+``--grid BLOCK_N=64,128 BLOCK_K2=128,256 SPLIT_K2=1,2`` for GEMM2, the kernel furthest from
+the roofline in the served trace.
 
     cd /root/vllm-series && PYTHONPATH=/root/site:/root/vllm-series:<ws> \\
         python3 -m benchmarks.decode_sweep --variant series --out decode_sweep.json
@@ -34,7 +37,9 @@ from vseries import results
 
 BENCH = "decode_sweep"
 GRID = {"SPLIT_K1": (1, 2, 4), "SPLIT_K2": (1, 2), "num_stages": (3, 4, 5)}
-KEYS = ("BLOCK_K1", "SPLIT_K1", "BLOCK_K2", "SPLIT_K2", "num_warps", "num_stages")
+KEYS = (
+    "BLOCK_I", "BLOCK_K1", "SPLIT_K1", "BLOCK_N", "BLOCK_K2", "SPLIT_K2", "num_warps", "num_stages",
+)  # fmt: skip
 
 
 def parse_grid(items: list[str]) -> dict[str, tuple[int, ...]]:

@@ -36,7 +36,7 @@
 #          processes ask for its decode backend (--moe-backend triton_fp8_decode) but sa*
 #          (its auto)
 #   sweep  benchmarks/decode_sweep.py: the decode kernels' split-K and stages swept at one
-#          token (SWEEP_ARGS: other shapes, batches, --grid with K steps or warps), the
+#          token (SWEEP_ARGS: other shapes, batches, --grid with tiles, K steps or warps), the
 #          fastest beside 0003's own configuration
 #   kbench 0003's layer benchmark in vLLM's benchmarks/kernels/ (the command its PR shows), on
 #          its branch alone where staged (pr0003), KBENCH_RUNS times (default 3)

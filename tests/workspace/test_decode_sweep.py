@@ -52,7 +52,7 @@ def test_the_command_line_refuses_what_it_cannot_run(capsys):
     for argv, says in (
         (["--out", "x.json"], "--variant and --out"),
         (["--variant", "series", "--out", "x.json", "--batches", "17"], "1 to 16 tokens"),
-        (["--variant", "series", "--out", "x.json", "--grid", "BLOCK_I=16"], "KEY one of"),
+        (["--variant", "series", "--out", "x.json", "--grid", "BLOCK_M=16"], "KEY one of"),
     ):
         with pytest.raises(SystemExit) as e:
             ds.main(argv)
