@@ -38,6 +38,10 @@ HEADER = """\
 #   `taken_in` by hand.
 # kind = "dropped": taken out by hand on `left_at` although upstream lacks it; `why` says
 #   why. Its contract fails on the pin by design and is not run; `file` keeps the patch.
+# `name` keeps the file name the patch had in the series it left, numbered as it was there, not
+#   as patches/series numbers its patches now (the contract tier's "retired, was NNNN" rows show
+#   that old number): an upstreamed patch's number on the line of `left_from`, a dropped one's
+#   in the series on `left_at` when it was dropped.
 """
 
 
