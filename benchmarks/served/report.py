@@ -11,7 +11,9 @@ asked for, if any): the median of its processes' medians and the range of those 
 series as it is (``auto``) and with its decode backend asked for (``--moe-backend
 triton_fp8_decode``). The prediction: layers x (the base's layer time - the arm's layer
 time) at M = batch size, from the layer benchmark's rows (``bench_moe_layer``, the variant
-each arm's MoE experts run: ``layer_variant``), shape ``--shape``.
+each arm's MoE experts run: ``layer_variant``), shape ``--shape``. Where a record's round
+folder (``<round>/served/<name>.json``) also holds ``moe_layer-*.json`` (the layer phase run
+on the same machine), each of its waves is also held to that machine's prediction.
 """
 
 from __future__ import annotations
@@ -119,11 +121,11 @@ def process_rows(recs: list[dict], batches: list[str]) -> list[list[str]]:
 
 def layer_us(layer_rows: list[dict], shape: str) -> dict:
     """(tree, variant, scale, m) -> median us of the layer rows of ``shape``."""
-    out: dict = {}
+    runs: dict = {}
     for r in layer_rows:
         if r.get("shape") == shape and r.get("us") is not None:
-            out[(r["tree"], r["variant"], r["dtype"], int(r["m"]))] = r["us"]
-    return out
+            runs.setdefault((r["tree"], r["variant"], r["dtype"], int(r["m"])), []).append(r["us"])
+    return {k: statistics.median(v) for k, v in runs.items()}
 
 
 def predicted_us(layer: dict, layers: int, flavour: str, arm: str, batch: str) -> float | None:
@@ -295,12 +297,57 @@ def graph_saving_rows(recs: list[dict], batches: list[str], layer: dict) -> list
     return rows
 
 
+def beside_layers(paths: list[Path], shape: str) -> dict[Path, dict]:
+    """A round's folder -> its layer table, for the records at ``<round>/served/*.json``
+    whose round also holds ``moe_layer-*.json`` (the layer phase on the same machine)."""
+    out = {}
+    for d in {p.parent.parent for p in paths if p.parent.name == "served"}:
+        files = sorted(d.glob("moe_layer-*.json"))
+        if files:
+            rows = []
+            for f in files:
+                head, file_rows = results.load(f)
+                rows += [{**r, "tree": head["variant"]} for r in file_rows]
+            if table := layer_us(rows, shape):
+                out[d] = table
+    return out
+
+
+def same_machine_rows(
+    recs: list[dict], rounds: list[Path | None], batches: list[str], beside: dict, waves: dict
+) -> list[list[str]]:
+    """Per wave whose round holds its own layer table: v0.34.0's default against each series
+    arm inside the wave, and the saving that machine's layer table predicts."""
+    rows = []
+    by_wave: dict = {}
+    for r, d in zip(recs, rounds, strict=True):
+        if "error" not in r and d in beside and (w := wave_of(r, waves)):
+            by_wave.setdefault((d, w), []).append(r)
+    for (d, w), here in sorted(by_wave.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+        arms = sorted({arm_of(r) for r in here if arm_of(r).startswith("series")})
+        for fl in sorted({r["flavour"] for r in here}):
+            for arm in arms:
+                for b in batches:
+                    base, ser = medians(here, fl, b, "base"), medians(here, fl, b, arm)
+                    pred = predicted_us(beside[d], here[0]["layers"], fl, arm, b)
+                    if not base or not ser or pred is None:
+                        continue
+                    saved = med(base) - med(ser)
+                    rows.append(
+                        [d.name, w, fl, b, arm, f"{med(base):.3f}", f"{med(ser):.3f}",
+                         f"{saved:.3f}", f"{pred / 1e3:.3f}",
+                         "-" if pred <= 0 else f"{100 * saved * 1e3 / pred:.0f}%"]
+                    )  # fmt: skip
+    return rows
+
+
 def build(
     paths: list[Path], layer_paths: list[Path], shape: str, waves: dict | None = None
 ) -> tuple[str, list[dict]]:
     recs, layer_rows = read_inputs(paths, layer_paths, shape)
     batches = sorted({b for r in recs for b in r.get("tpot_ms", {})}, key=int)
     layer = layer_us(layer_rows, shape)
+    beside = beside_layers(paths, shape)
     table1 = results.markdown_table(
         ["process", "tree", "MoE backend", "start-up s"]
         + [f"TPOT ms, batch {b}: median (range)" for b in batches]
@@ -314,6 +361,20 @@ def build(
          "default / it inside each wave (processes of each)"],
         summary(recs, batches, layer, waves),
     )  # fmt: skip
+    if beside:
+        rounds = [p.parent.parent if p.parent.name == "served" else None for p in paths]
+        # read_inputs keeps the records of the report's model only: pair them by name
+        by_name = {results.read_json(p).get("name"): d for p, d in zip(paths, rounds, strict=True)}
+        sm = same_machine_rows(
+            recs, [by_name.get(r["name"]) for r in recs], batches, beside, waves or {}
+        )
+        if sm:
+            table2 += "\n\n" + results.markdown_table(
+                ["round", "wave", "flavour", "batch", "series arm", "default TPOT ms",
+                 "its TPOT ms", "saved ms", "predicted ms (that machine's layer table)",
+                 "saved / predicted"],
+                sm,
+            )  # fmt: skip
     br = backend_rows(recs, batches)
     if br:
         table2 += "\n\n" + results.markdown_table(

@@ -11,6 +11,11 @@ of the next) this reports:
 - ``graph_us``: the replayed graph's span; ``moe_us``: the kernels of the MoE layers (names
   matching ``MOE_KERNELS``: router top-k, alignment, quantisation inside the experts, the
   GEMMs, activation, the top-k sum, FlashInfer's permute/finalize), summed;
+- ``eager_us``: the step's kernels outside its graphs (the logits GEMM and the sampler, run
+  eagerly after the graph), summed;
+- ``host_lead_us``: how long before the GPU starts a step's first graph the host called
+  ``cudaGraphLaunch`` for it: the host running ahead (GPU-bound steps) when large, the GPU
+  waiting for it when near the launch latency;
 - ``launches``: kernels per step by name, for the kernels named in ``COUNTED`` (proof that a
   path runs inside the served graphs), and the ten longest kernels per step.
 
@@ -65,7 +70,7 @@ def steps(events: list[dict], decode_steps: int | None = None) -> list[dict]:
     grouped into steps of round(replays / decode_steps) each."""
     kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
     launches = {
-        e["args"]["correlation"]
+        e["args"]["correlation"]: e["ts"]
         for e in events
         if e.get("ph") == "X"
         and e.get("cat") == "cuda_runtime"
@@ -86,6 +91,7 @@ def steps(events: list[dict], decode_steps: int | None = None) -> list[dict]:
     for (t0, cs), (t1, _) in zip(firsts, firsts[1:], strict=False):
         inside = [k for k in kernels if t0 <= k["ts"] < t1]
         graph = [k for c in cs for k in by_launch[c]]
+        in_graph = {id(k) for k in graph}
         names: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
         for k in inside:
@@ -102,6 +108,8 @@ def steps(events: list[dict], decode_steps: int | None = None) -> list[dict]:
                 "busy_us": _union([(k["ts"], k["ts"] + k["dur"]) for k in inside]),
                 "graph_us": max(k["ts"] + k["dur"] for k in graph) - t0,
                 "moe_us": sum(k["dur"] for k in inside if MOE_KERNELS.search(k["name"])),
+                "eager_us": sum(k["dur"] for k in inside if id(k) not in in_graph),
+                "host_lead_us": t0 - launches[cs[0]],
                 "kernels": len(inside),
                 "graphs": cs,
                 "counts": dict(counts),
@@ -141,6 +149,8 @@ def summarise(events: list[dict], decode_steps: int | None = None) -> dict:
         "idle_us": round(med("period_us") - med("busy_us"), 2),
         "graph_us": med("graph_us"),
         "moe_us": med("moe_us"),
+        "eager_us": med("eager_us"),
+        "host_lead_us": med("host_lead_us"),
         "kernels_per_step": med("kernels"),
         "launches_per_step": counts,
         "longest_kernels_us": {n: round(t, 2) for t, n in longest},
@@ -169,3 +179,27 @@ def summarise_folder(
     data = load(path)
     events = data["traceEvents"] if isinstance(data, dict) else data
     return {"file": path.name, "bytes": size, **summarise(events, decode_steps)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Summarise kept trace files (``--trace-keep``): one JSON line per file."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("files", nargs="+", type=Path)
+    ap.add_argument(
+        "--decode-steps", type=int, default=47, help="decode steps of the traced generate"
+    )
+    a = ap.parse_args(argv)
+    for f in a.files:
+        data = load(f)
+        events = data["traceEvents"] if isinstance(data, dict) else data
+        s = summarise(events, a.decode_steps)
+        keep = ("steps", "period_us", "busy_us", "idle_us", "graph_us", "moe_us", "eager_us",
+                "host_lead_us", "kernels_per_step")  # fmt: skip
+        print(json.dumps({"file": f.name, **{k: s[k] for k in keep if k in s}}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

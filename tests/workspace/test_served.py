@@ -203,6 +203,8 @@ def test_trace_splits_steps_and_finds_the_idle_gpu(graphs):
     assert s["busy_us"] == pytest.approx(65.0)
     assert s["idle_us"] == pytest.approx(35.0)
     assert s["moe_us"] == pytest.approx(40.0)
+    assert s["eager_us"] == pytest.approx(5.0)  # the sampler, outside the graphs
+    assert s["host_lead_us"] == pytest.approx(10.0)  # launched 10 us before it ran
     assert s["launches_per_step"] == {
         "_moe_decode_w13_kernel": graphs, "_moe_decode_w2_kernel": graphs,
     }  # fmt: skip
@@ -301,6 +303,42 @@ def test_report_lists_every_process_and_predicts_from_the_layer_table(tmp_path):
     # the series' auto (2.13): 24 x (36.5 - 35.5) us = 0.024 ms predicted, 0.05 saved
     assert "| 2.130 (2.130-2.130), n=1 |" in auto and "| 0.024 | 208% | 0 of 1 |" in auto
     assert all("tokens" not in r for r in slim)
+
+
+def test_a_wave_is_held_to_its_own_machines_layer_table(tmp_path):
+    """Records in ``<round>/served/`` beside that round's ``moe_layer-*.json``: each wave's
+    saving against the prediction of the layer table measured on the same machine; a round
+    without one adds no row."""
+    toks = [[1, 2, 3]]
+    dec = {"moe_backend": "triton_fp8_decode"}
+    here, other = tmp_path / "r5" / "served", tmp_path / "r4" / "served"
+    here.mkdir(parents=True)
+    other.mkdir(parents=True)
+    paths = []
+    for d, tag in ((here, "5"), (other, "4")):
+        paths.append(_record(d, f"Lbd{tag}", "base", "fp8dyn", [4.17], toks, layers=48))
+        paths.append(_record(d, f"Lsd{tag}", "series", "fp8dyn", [3.54], toks, layers=48, **dec))
+    for p in paths:
+        r = json.loads(p.read_text())
+        p.write_text(json.dumps({**r, "wave_id": p.parent.parent.name}))
+
+    def lfile(variant, us, run="r1"):
+        rows = [{"bench": "moe_layer", "shape": "qwen3-30b-a3b", "dtype": "dynamic", "m": 1,
+                 "variant": "default", "us": us}]  # fmt: skip
+        (tmp_path / "r5" / f"moe_layer-{variant}-{run}.json").write_text(
+            json.dumps({"header": {"variant": variant}, "rows": rows})
+        )
+
+    lfile("base", 36.0)
+    # two runs of the series' layer: their median, 21.9 us; 48 x 14.1 us = 0.677 ms
+    # predicted; saved 0.630 ms -> 93%
+    lfile("series", 21.1)
+    lfile("series", 22.7, "r2")
+    text, _ = report.build(paths, [], "qwen3-30b-a3b")
+    rows = [ln for ln in text.splitlines() if ln.startswith(("| r4 ", "| r5 "))]
+    assert len(rows) == 1, rows
+    assert rows[0].startswith("| r5 | r5 | fp8dyn | 1 |")
+    assert rows[0].endswith("| 4.170 | 3.540 | 0.630 | 0.677 | 93% |")
 
 
 def test_report_holds_a_continuation_to_every_base_process(tmp_path):
