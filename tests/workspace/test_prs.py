@@ -307,6 +307,19 @@ def test_patch_tests_run_on_cpu_and_cuda_ones_are_listed(tiny):
     assert not bad.ok and "test tests/test_broken.py::test_wrong fails" in bad.problems[0]
 
 
+def test_a_test_file_that_runs_nothing_without_cuda_says_so(tiny):
+    """A file whose every case needs CUDA reads "not run ..., needs CUDA", not "0 passed"."""
+    gpu_only = TESTS.replace("def test_cpu():\n    assert 1 + 1 == 2\n", "")
+    assert "test_cpu" not in gpu_only
+    add(tiny, write("tests/kernels/test_gpu_only.py", gpu_only), "[Kernel] feature, GPU tests")
+    (pr,) = prs.prs(hooks=False, tests=True)
+    t = "tests/kernels/test_gpu_only.py"
+    assert pr.checks.passed == [] and len(pr.checks.needs_cuda) == 3
+    body = (tiny / "out/prs/0001/body.md").read_text()
+    assert f"- `pytest {t}`: not run on a CPU-only host" in body and "needs CUDA (" in body
+    assert "0 passed" not in body
+
+
 # --- vLLM's pre-commit hooks -------------------------------------------------------------------
 
 RUFF_CONFIG = """repos:

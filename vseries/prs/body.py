@@ -92,12 +92,16 @@ def checks_md(info: PatchInfo, c: Checks) -> str:
     """The 'tests and checks on this branch' lines."""
     out = []
     for t in c.tests if c.ran_tests else []:
-        ids = [i for i in c.passed + c.failed + c.needs_cuda if i.startswith(t + "::")]
         sk = [s for s in c.skipped if s[0].startswith(t + "::")]
         n_ok = sum(i.startswith(t + "::") for i in c.passed)
         n_bad = sum(i.startswith(t + "::") for i in c.failed)
         gpu = [i for i in c.needs_cuda if i.startswith(t + "::")]
         parts = [f"{n_ok} passed"] + ([f"{n_bad} failed"] if n_bad else [])
+        if not (n_ok or n_bad or sk):
+            # nothing ran without a GPU: say so, not "0 passed"
+            why = f"needs CUDA ({_count_by_test(gpu)})" if gpu else "collected no test"
+            out.append(f"- `pytest {t}`: not run on a {c.host}, {why}")
+            continue
         line = f"- `pytest {t}` on a {c.host}: " + ", ".join(parts)
         if gpu:
             line += (
@@ -106,8 +110,6 @@ def checks_md(info: PatchInfo, c: Checks) -> str:
             )
         for node, reason in sk:
             line += f"; skipped `{node.split('::')[-1]}`: {reason}"
-        if not ids and not sk:
-            line += " (collected no test)"
         out.append(line)
     if info.tests and not c.ran_tests:
         out.append("- the tests above were not run by this tool (--no-tests)")
