@@ -6,6 +6,8 @@ taking turns, so that trees are measured interleaved in the same minutes.
 - ``engine``: one engine process: start-up, greedy tokens, TPOT at each batch size, a trace;
 - ``trace``: a torch-profiler trace of decode steps -> GPU busy / idle per step, the MoE share,
   the kernels launched per step;
+- ``predict``: the saving the layer benchmark predicts for a served arm, from the layer table
+  of the report's choice or of the round's own machine;
 - ``report``: the processes' records -> one table per flavour, ratios against the base, the
-  saving the layer table predicts.
+  saving predicted.
 """
