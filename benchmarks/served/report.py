@@ -268,13 +268,14 @@ def graph_saving_rows(recs: list[dict], batches: list[str], layer: dict) -> list
 
 
 def same_machine_rows(
-    recs: list[dict], rounds: list[Path | None], batches: list[str], beside: dict, waves: dict
+    recs: list[dict], batches: list[str], beside: dict, waves: dict
 ) -> list[list[str]]:
     """Per wave whose round holds its own layer table: v0.34.0's default against each series
     arm inside the wave, and the saving that machine's layer table predicts."""
     rows = []
     by_wave: dict = {}
-    for r, d in zip(recs, rounds, strict=True):
+    for r in recs:
+        d = r.get("_round")
         if "error" not in r and d in beside and (w := wave_of(r, waves)):
             by_wave.setdefault((d, w), []).append(r)
     for (d, w), here in sorted(by_wave.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
@@ -316,12 +317,7 @@ def build(
         summary(recs, batches, layer, waves),
     )  # fmt: skip
     if beside:
-        rounds = [p.parent.parent if p.parent.name == "served" else None for p in paths]
-        # read_inputs keeps the records of the report's model only: pair them by name
-        by_name = {results.read_json(p).get("name"): d for p, d in zip(paths, rounds, strict=True)}
-        sm = same_machine_rows(
-            recs, [by_name.get(r["name"]) for r in recs], batches, beside, waves or {}
-        )
+        sm = same_machine_rows(recs, batches, beside, waves or {})
         if sm:
             table2 += "\n\n" + results.markdown_table(
                 ["round", "wave", "flavour", "batch", "series arm", "default TPOT ms",
@@ -359,7 +355,7 @@ def build(
                  "TPOT saving / graph saving"],
                 gr,
             )  # fmt: skip
-    slim = [{k: v for k, v in r.items() if k != "tokens"} for r in recs]
+    slim = [{k: v for k, v in r.items() if k not in ("tokens", "_round")} for r in recs]
     return table1 + "\n\n" + table2 + ("\n\n" + table3 if tr else ""), slim
 
 
@@ -388,7 +384,8 @@ def read_inputs(
                 f"{p}: not a served engine's record (no {', '.join(missing)}; "
                 "benchmarks/served/engine.py writes them)"
             )
-        recs.append(r)
+        # the round's folder (records at <round>/served/), for its own layer table
+        recs.append({**r, "_round": p.parent.parent if p.parent.name == "served" else None})
     # one model per report: records of other models (the arch each engine served; error
     # records and the records written before the engine kept it are Qwen3-30B-A3B's)
     archs = {r.get("arch", DEFAULT_ARCH) for r in recs}
