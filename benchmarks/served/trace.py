@@ -53,6 +53,12 @@ def load(path: Path) -> dict:
     return json.loads(raw)
 
 
+def events_of(path: Path) -> list[dict]:
+    """The trace events of a trace file (gzipped or not; a bare list or {"traceEvents"})."""
+    data = load(path)
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
 def _union(intervals: list[tuple[float, float]]) -> float:
     total, end = 0.0, float("-inf")
     for s, e in sorted(intervals):
@@ -176,9 +182,7 @@ def summarise_folder(
     while size != path.stat().st_size and time.monotonic() <= end + 30:
         size = path.stat().st_size
         time.sleep(1)
-    data = load(path)
-    events = data["traceEvents"] if isinstance(data, dict) else data
-    return {"file": path.name, "bytes": size, **summarise(events, decode_steps)}
+    return {"file": path.name, "bytes": size, **summarise(events_of(path), decode_steps)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,9 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     a = ap.parse_args(argv)
     for f in a.files:
-        data = load(f)
-        events = data["traceEvents"] if isinstance(data, dict) else data
-        s = summarise(events, a.decode_steps)
+        s = summarise(events_of(f), a.decode_steps)
         keep = ("steps", "period_us", "busy_us", "idle_us", "graph_us", "moe_us", "eager_us",
                 "host_lead_us", "kernels_per_step")  # fmt: skip
         print(json.dumps({"file": f.name, **{k: s[k] for k in keep if k in s}}))
