@@ -19,7 +19,8 @@ the roofline in the served trace.
 
     cd /root/vllm-series && PYTHONPATH=/root/site:/root/vllm-series:<ws> \\
         python3 -m benchmarks.decode_sweep --variant series --out decode_sweep.json
-    python3 -m benchmarks.decode_sweep --report decode_sweep.json    # the table, any host
+    python3 -m benchmarks.decode_sweep --report decode_sweep.json    # the table, any host (several
+                                                                     # files: runs of one grid)
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import argparse
 import contextlib
 import dataclasses
 import itertools
+import statistics
 import sys
 from collections.abc import Iterator
 from functools import partial
@@ -39,7 +41,10 @@ BENCH = "decode_sweep"
 GRID = {"SPLIT_K1": (1, 2, 4), "SPLIT_K2": (1, 2), "num_stages": (3, 4, 5)}
 KEYS = (
     "BLOCK_I", "BLOCK_K1", "SPLIT_K1", "BLOCK_N", "BLOCK_K2", "SPLIT_K2", "num_warps", "num_stages",
+    "PDL", "PREFETCH",
 )  # fmt: skip
+# on/off keys of a candidate's configuration (patches/candidates/0003-pdl.patch): 0 allowed
+SWITCHES = ("PDL", "PREFETCH")
 
 
 def parse_grid(items: list[str]) -> dict[str, tuple[int, ...]]:
@@ -55,7 +60,9 @@ def parse_grid(items: list[str]) -> dict[str, tuple[int, ...]]:
             grid[key] = tuple(int(v) for v in values.split(","))
         except ValueError:
             raise argparse.ArgumentTypeError(f"--grid {item!r}: values must be integers") from None
-        if any(v < 1 for v in grid[key]):
+        if key in SWITCHES and not set(grid[key]) <= {0, 1}:
+            raise argparse.ArgumentTypeError(f"--grid {item!r}: values must be 0 or 1")
+        if key not in SWITCHES and any(v < 1 for v in grid[key]):
             raise argparse.ArgumentTypeError(f"--grid {item!r}: values must be positive")
     return grid
 
@@ -120,45 +127,86 @@ def run(a: argparse.Namespace) -> int:
     return 0
 
 
-def report(path: str, top: int = 3) -> str:
-    """Per shape, scale and batch: the patch's row and the ``top`` fastest configurations."""
-    try:
-        head, rows = results.load(path)
-    except ValueError as exc:
-        raise SystemExit(f"decode_sweep --report: {exc}") from None
-    rows = [r for r in rows if r.get("bench") == BENCH]
-    if not rows:
-        raise SystemExit(f"decode_sweep --report: {path} has no {BENCH} rows")
+def report(paths: str | list[str], top: int = 3) -> str:
+    """Per shape, scale and batch: the patch's row and the ``top`` fastest configurations.
+    Several files (runs of one grid, on one machine): each configuration's median over the
+    runs, its range the runs' fastest and slowest, the error the largest."""
+    paths = [paths] if isinstance(paths, str) else paths
+    runs = []
+    for path in paths:
+        try:
+            head, rows = results.load(path)
+        except ValueError as exc:
+            raise SystemExit(f"decode_sweep --report: {exc}") from None
+        rows = [r for r in rows if r.get("bench") == BENCH]
+        if not rows:
+            raise SystemExit(f"decode_sweep --report: {path} has no {BENCH} rows")
+        runs.append(rows)
+    if len(runs) == 1:
+        what = "us (range): median of the run's replays (their range)"
+    else:
+        what = f"us (range): median of {len(runs)} runs' medians (their range)"
     out = [
         f"{head.get('gpu', 'GPU ?')}, tree {head.get('variant', '?')}; % of the read roofline"
-        " at the bandwidth measured in the run",
+        f" at the bandwidth measured in the run; {what}",
         "",
         "| shape | scales | M | configuration | us (range) | % roofline | err | vs patch |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    groups: dict[tuple, list[dict]] = {}
-    for r in rows:
-        groups.setdefault((r["shape"], r["dtype"], r["m"]), []).append(r)
-    for (shape, scale, m), group in sorted(groups.items()):
-        patch = next((r for r in group if r["variant"] == "patch" and r.get("us")), None)
-        timed = sorted((r for r in group if r.get("us") and r["variant"] != "patch"),
-                       key=lambda r: r["us"])  # fmt: skip
-        for r in [patch, *timed[:top]] if patch else timed[:top]:
+    groups: dict[tuple, dict[str, list[dict]]] = {}
+    failed: dict[tuple, set[str]] = {}
+    for rows in runs:
+        for r in rows:
+            key = (r["shape"], r["dtype"], r["m"])
+            if r.get("us"):
+                groups.setdefault(key, {}).setdefault(r["variant"], []).append(r)
+            else:
+                failed.setdefault(key, set()).add(r["variant"])
+    for key in sorted(set(groups) | set(failed)):
+        shape, scale, m = key
+        merged = {v: _merge(rs, len(runs) == 1) for v, rs in groups.get(key, {}).items()}
+        patch = merged.pop("patch", None)
+        timed = sorted(merged.items(), key=lambda kv: kv[1]["us"])[:top]
+        shown = ([("patch", patch)] if patch else []) + timed
+        for variant, r in shown:
             ratio = f"{patch['us'] / r['us']:.2f}x" if patch else "-"
             out.append(
-                f"| {shape} | {scale} | {m} | {r['variant']} | {r['us']:.1f} "
-                f"({r['us_min']:.1f}-{r['us_max']:.1f}) | {r['roofline_pct']:.0f}% "
-                f"| {r.get('rel_err', float('nan')):.4f} | {ratio} |"
+                f"| {shape} | {scale} | {m} | {variant} | {r['us']:.1f} "
+                f"({r['lo']:.1f}-{r['hi']:.1f}) | {r['pct']:.0f}% "
+                f"| {r['err']:.4f} | {ratio} |"
             )
-        failed = [r["variant"] for r in group if not r.get("us")]
-        if failed:
-            out.append(f"| {shape} | {scale} | {m} | failed: {'; '.join(failed)} | | | | |")
+        if key in failed:
+            out.append(f"| {shape} | {scale} | {m} | failed: {'; '.join(sorted(failed[key]))} "
+                       "| | | | |")  # fmt: skip
     return "\n".join(out) + "\n"
+
+
+def _merge(rows: list[dict], one_run: bool) -> dict[str, float]:
+    us = sorted(r["us"] for r in rows)
+    mid = statistics.median(us)
+    return {
+        "us": mid,
+        "lo": rows[0]["us_min"] if one_run else us[0],
+        "hi": rows[0]["us_max"] if one_run else us[-1],
+        "pct": statistics.median(r["roofline_pct"] for r in rows),
+        "err": max(r.get("rel_err", float("nan")) for r in rows),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--report", metavar="JSON", help="print the table of a finished run")
+    ap.add_argument(
+        "--report",
+        metavar="JSON",
+        nargs="+",
+        help="print the table of a finished run (several: of runs of one grid)",
+    )
+    ap.add_argument(
+        "--top",
+        type=int,
+        default=3,
+        help="--report: how many configurations beside the patch's (default 3)",
+    )
     ap.add_argument("--variant", help="name of the tree (series: it needs the decode backend)")
     ap.add_argument("--out", help="the result file (JSON), rewritten after every configuration")
     ap.add_argument(
@@ -185,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"(default: {default})")  # fmt: skip
     a = ap.parse_args(argv)
     if a.report:
-        print(report(a.report), end="")
+        print(report(a.report, a.top), end="")
         return 0
     if not (a.variant and a.out):
         ap.error("--variant and --out are needed to run (or --report JSON to print a table)")

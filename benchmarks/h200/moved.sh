@@ -38,6 +38,9 @@
 #   sweep  benchmarks/decode_sweep.py: the decode kernels' split-K and stages swept at one
 #          token (SWEEP_ARGS: other shapes, batches, --grid with tiles, K steps or warps), the
 #          fastest beside 0003's own configuration
+#   cand   a candidate patch on the series (CAND: its file, e.g. patches/candidates/0003-pdl.patch;
+#          tree c<its name>): the decode tests there, then the sweep there (SWEEP_ARGS, e.g.
+#          "--grid PDL=0,1 PREFETCH=0": the candidate beside its switches off, one process)
 #   kbench 0003's layer benchmark in vLLM's benchmarks/kernels/ (the command its PR shows), on
 #          its branch alone where staged (pr0003), KBENCH_RUNS times (default 3)
 #   latency vLLM's own `vllm bench latency` (batch 1, 1024 output tokens) on base and series
@@ -230,6 +233,20 @@ PY
       run_in series "${BENCH_TIMEOUT:-240}" python3 -m benchmarks.decode_sweep \
         --variant series --out "$R/decode_sweep.json" "${sweep_args[@]}"
       run_ws series 30 python3 -P -m benchmarks.decode_sweep --report "$R/decode_sweep.json"
+      ;;
+    cand)
+      [ -f "${CAND:-}" ] || { echo "!!! cand: CAND=$CAND is not a patch file here"; continue; }
+      t=c$(basename "$CAND" .patch) && d=$(tree_dir "$t")
+      if [ ! -d "$d" ]; then
+        cp -a "$(tree_dir series)" "$d"
+        (cd "$d" && patch -p1 -s) <"$CAND" || echo "!!! $t did not apply"
+      fi
+      run_in "$t" 300 python3 -m pytest -q -p no:cacheprovider -rf \
+        tests/kernels/moe/test_fused_moe_fp8_decode.py --junitxml "$R/decode-$t.xml"
+      read -ra sweep_args <<<"${SWEEP_ARGS:-}"
+      run_in "$t" "${BENCH_TIMEOUT:-240}" python3 -m benchmarks.decode_sweep \
+        --variant "$t" --out "$R/decode_sweep-$t.json" "${sweep_args[@]}"
+      run_ws series 30 python3 -P -m benchmarks.decode_sweep --report "$R/decode_sweep-$t.json"
       ;;
     epcost)
       # which patch makes the series' fused_experts under EP slower than v0.34.0's: trees

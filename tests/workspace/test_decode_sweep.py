@@ -31,6 +31,7 @@ def test_grid_items_become_every_combination_with_a_label_each():
         ("SPLIT_K1=", "KEY one of"),
         ("SPLIT_K1=2,x", "integers"),
         ("num_stages=0", "positive"),
+        ("PDL=2", "0 or 1"),
     ],
 )
 def test_a_bad_grid_item_is_named_with_what_it_should_be(item, says):
@@ -45,7 +46,13 @@ def test_any_grid_text_parses_or_is_refused_with_a_usage_error(items):
         grid = ds.parse_grid(items)
     except argparse.ArgumentTypeError:
         return
-    assert set(grid) <= set(ds.KEYS) and all(v >= 1 for vs in grid.values() for v in vs)
+    assert set(grid) <= set(ds.KEYS)
+    assert all(v >= (0 if k in ds.SWITCHES else 1) for k, vs in grid.items() for v in vs)
+
+
+def test_a_candidates_switches_take_0_and_1():
+    grid = ds.parse_grid(["PDL=0,1", "PREFETCH=0"])
+    assert ds.overrides(grid) == [{"PDL": 0, "PREFETCH": 0}, {"PDL": 1, "PREFETCH": 0}]
 
 
 def test_the_command_line_refuses_what_it_cannot_run(capsys):
@@ -93,6 +100,25 @@ def test_report_puts_the_patch_first_then_the_fastest_and_names_failures(tmp_pat
     ]  # fmt: skip
     assert table[1].endswith("| 1.25x |") and "SPLIT_K1=8" not in "\n".join(lines)
     assert "failed: num_stages=6" in table[-1]
+
+
+def test_report_of_several_runs_gives_each_configuration_s_median_and_the_runs_range(tmp_path):
+    head = {"bench": ds.BENCH, "variant": "c0003-pdl", "gpu": "NVIDIA H100 80GB HBM3"}
+    runs = [(20.0, 18.0), (21.0, 18.5), (20.5, 30.0)]  # (patch, PDL=1) per run
+    paths = []
+    for i, (patch, pdl) in enumerate(runs):
+        results.write(tmp_path / f"r{i}.json", head, [_row("patch", patch), _row("PDL=1", pdl)])
+        paths.append(str(tmp_path / f"r{i}.json"))
+    lines = ds.report(paths).splitlines()
+    assert "median of 3 runs' medians" in lines[0]
+    table = [ln.split(" | ") for ln in lines if ln.startswith("| qwen3")]
+    assert [(c[3], c[4]) for c in table] == [
+        ("patch", "20.5 (20.0-21.0)"), ("PDL=1", "18.5 (18.0-30.0)")
+    ]  # fmt: skip
+    assert table[1][-1] == f"{20.5 / 18.5:.2f}x |"
+    # one file: the run's own replays' range, as before
+    one = ds.report(paths[:1]).splitlines()
+    assert "(19.5-20.5)" in next(ln for ln in one if "| patch |" in ln)
 
 
 def test_report_refuses_a_file_that_is_not_this_benchmark_s(tmp_path):
