@@ -67,14 +67,32 @@ def installed(path: list[str] | None = None) -> dict[str, str]:
     return {canonicalize_name(d.metadata["Name"]): d.version for d in dists if d.metadata["Name"]}
 
 
+# Below this much free space where pip writes (the venv, the temporary folder) a failed pip
+# run is more likely a full disk ("No space left on device") than the network.
+LOW_DISK = 1 << 30
+
+
+def low_disk() -> list[str]:
+    """``<folder> (<n> MiB free)`` for each folder pip writes to that has less than LOW_DISK."""
+    low = []
+    for folder in dict.fromkeys([sys.prefix, tempfile.gettempdir()]):
+        free = shutil.disk_usage(folder).free
+        if free < LOW_DISK:
+            low.append(f"{folder} ({free >> 20} MiB free)")
+    return low
+
+
 def pip(*args: str) -> None:
-    """Run this interpreter's pip; raises SeriesError naming the command on failure."""
+    """Run this interpreter's pip; raises SeriesError naming the command on failure (and a
+    nearly full disk, where that is the likelier cause)."""
     cmd = [sys.executable, "-m", "pip", *args]
     if subprocess.run(cmd).returncode != 0:
-        raise SeriesError(
-            f"pip failed: {' '.join(cmd[2:])}",
-            "check the network or the index; then scripts/setup.sh again",
-        )
+        low = low_disk()
+        hint = "check the network or the index; then scripts/setup.sh again"
+        if low:
+            hint = (f"little disk left: {', '.join(low)}; free some (df -h), "
+                    "then scripts/setup.sh again")  # fmt: skip
+        raise SeriesError(f"pip failed: {' '.join(cmd[2:])}", hint)
 
 
 def resolve(reqs: list[str]) -> list[tuple[str, str]]:

@@ -86,3 +86,22 @@ def test_a_second_run_changes_nothing_and_ends_with_the_summary(tmp_path):
         "pin", "source", "branch", "vllm", "kernels", "python", "patches"
     ], p.stdout[-3000:]  # fmt: skip
     assert tail[6] == f"  patches  {n} applied" and len(tail) == 7 + n, p.stdout[-3000:]
+
+
+@pytest.mark.parametrize(("free_mib", "says"), [(10, "little disk left"), (100_000, "network")])
+def test_a_failed_pip_names_a_nearly_full_disk_before_the_network(monkeypatch, free_mib, says):
+    """Set-up on a full disk failed with "No space left on device" and was told to check the
+    network: where pip writes has less than 1 GiB free, the hint names the disk instead."""
+    import collections
+    import shutil
+
+    from vseries import linesite
+    from vseries.errors import SeriesError
+
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(0, 0, free_mib << 20))
+    # real pip, failing at once: no index, a package that does not exist
+    with pytest.raises(SeriesError) as e:
+        linesite.pip("install", "-q", "--isolated", "--no-index", "vseries-no-such-package")
+    assert e.value.what.startswith("pip failed: pip install") and says in e.value.fix
+    assert ("MiB free" in e.value.fix) == (free_mib < 1024)
