@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Sequence
 
@@ -108,6 +109,21 @@ def tier_upstream(ws: Workspace, fast: bool) -> bool | None:
 
 RUN = {"workspace": tier_workspace, "contract": tier_contract, "upstream": tier_upstream}
 
+# A whole run writes 4-5 GB of trees and clones to the temporary folder (pytest's tmp_path).
+TMP_NEED = 6 << 30
+
+
+def disk_note(need: int) -> str | None:
+    """A line saying the temporary folder has less than ``need`` bytes free, else None."""
+    tmp = tempfile.gettempdir()
+    free = shutil.disk_usage(tmp).free
+    if free >= need:
+        return None
+    return (
+        f"test: {tmp} has {free >> 20} MiB free; a whole run writes about 5 GB there, and a "
+        "full disk fails tests with 'No space left on device': free some (df -h) or set TMPDIR"
+    )
+
 
 def tiers_of(args) -> list[str]:
     """The tiers to run: --tier's; else --fast's (the workspace tier); else with --line the
@@ -134,6 +150,8 @@ def main(args) -> int:
         ws = ws.kept(args.line, "scripts/test.sh")
     if set(tiers) & {"contract", "upstream"} and not ws.line:  # these import the installed vLLM
         installed_tree_ok(ws)
+    if note := disk_note(TMP_NEED if not args.fast else TMP_NEED // 4):
+        print(note)
     results = {}
     for t in tiers:
         print(f"\n=== tier {t} " + "=" * 60)
@@ -148,6 +166,8 @@ def main(args) -> int:
     if args.fast:
         print(f"  --fast: tests marked slow deselected; not run: {', '.join(left) or '-'}"[:width])
     last = verdict(results, left)
+    if last.startswith("FAILED") and (note := disk_note(1 << 30)):
+        print(note)
     print(last)
     return 0 if last.startswith("PASSED") else 1
 

@@ -105,3 +105,24 @@ def test_a_failed_pip_names_a_nearly_full_disk_before_the_network(monkeypatch, f
         linesite.pip("install", "-q", "--isolated", "--no-index", "vseries-no-such-package")
     assert e.value.what.startswith("pip failed: pip install") and says in e.value.fix
     assert ("MiB free" in e.value.fix) == (free_mib < 1024)
+
+
+@pytest.mark.parametrize(("free_mib", "noted"), [(900, True), (7000, False)])
+def test_a_test_run_says_first_when_the_temporary_folder_is_nearly_full(
+    monkeypatch, free_mib, noted
+):
+    """A newcomer's first run failed with 132 'No space left on device' errors and a FAILED
+    line that did not say so: below what a run writes, scripts/test.sh says it first."""
+    import collections
+    import shutil
+    import tempfile
+
+    from vseries import testrun
+
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(0, 0, free_mib << 20))
+    note = testrun.disk_note(testrun.TMP_NEED)
+    assert (note is not None) == noted
+    if noted:
+        assert tempfile.gettempdir() in note and f"{free_mib} MiB free" in note
+        assert "No space left on device" in note and "TMPDIR" in note
