@@ -31,3 +31,14 @@ def torch_cuda() -> bool:
     """True when the torch of this environment sees a CUDA device (a fresh interpreter).
     Stricter than has_gpu(): a GPU host with a CPU-only torch answers False."""
     return probe("import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)")[0]
+
+
+def short_of_disk(need: int, folders: list[str]) -> list[str]:
+    """``<folder> (<n> MiB free)`` for each of ``folders`` with less than ``need`` bytes free
+    (where a full disk fails writes with "No space left on device")."""
+    low = []
+    for folder in dict.fromkeys(folders):
+        free = shutil.disk_usage(folder).free
+        if free < need:
+            low.append(f"{folder} ({free >> 20} MiB free)")
+    return low

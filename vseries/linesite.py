@@ -24,6 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from vseries import host
 from vseries.errors import SeriesError
 from vseries.workspace import Workspace
 
@@ -72,22 +73,12 @@ def installed(path: list[str] | None = None) -> dict[str, str]:
 LOW_DISK = 1 << 30
 
 
-def low_disk() -> list[str]:
-    """``<folder> (<n> MiB free)`` for each folder pip writes to that has less than LOW_DISK."""
-    low = []
-    for folder in dict.fromkeys([sys.prefix, tempfile.gettempdir()]):
-        free = shutil.disk_usage(folder).free
-        if free < LOW_DISK:
-            low.append(f"{folder} ({free >> 20} MiB free)")
-    return low
-
-
 def pip(*args: str) -> None:
     """Run this interpreter's pip; raises SeriesError naming the command on failure (and a
     nearly full disk, where that is the likelier cause)."""
     cmd = [sys.executable, "-m", "pip", *args]
     if subprocess.run(cmd).returncode != 0:
-        low = low_disk()
+        low = host.short_of_disk(LOW_DISK, [sys.prefix, tempfile.gettempdir()])
         hint = "check the network or the index; then scripts/setup.sh again"
         if low:
             hint = (f"little disk left: {', '.join(low)}; free some (df -h), "

@@ -115,12 +115,11 @@ TMP_NEED = 6 << 30
 
 def disk_note(need: int) -> str | None:
     """A line saying the temporary folder has less than ``need`` bytes free, else None."""
-    tmp = tempfile.gettempdir()
-    free = shutil.disk_usage(tmp).free
-    if free >= need:
+    low = host.short_of_disk(need, [tempfile.gettempdir()])
+    if not low:
         return None
     return (
-        f"test: {tmp} has {free >> 20} MiB free; a whole run writes about 5 GB there, and a "
+        f"test: {low[0]} in the temporary folder; a whole run writes about 5 GB there, and a "
         "full disk fails tests with 'No space left on device': free some (df -h) or set TMPDIR"
     )
 
