@@ -42,6 +42,15 @@ run_at() {
   (cd "$dir" && PYTHONPATH="$(tree_path "$tree")" timeout "$limit" "$@") ||
     echo "!!! failed or timed out ($tree): $*"
 }
+# tree_with_patch FROM NEW: tree NEW, a copy of tree FROM with the patch on stdin applied
+# (patch -p1), made once (a later call keeps it and reads nothing)
+tree_with_patch() {
+  local d
+  d=$(tree_dir "$2")
+  [ -d "$d" ] && return 0
+  cp -a "$(tree_dir "$1")" "$d"
+  (cd "$d" && patch -p1 -s) || echo "!!! $2 did not apply"
+}
 # run_in TREE LIMIT CMD...: inside the tree (vLLM's own tests, the benchmarks);
 # run_ws TREE LIMIT CMD...: from the workspace root (the contract tests)
 run_in() { run_at "$(tree_dir "$1")" "$@"; }

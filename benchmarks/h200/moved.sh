@@ -236,11 +236,8 @@ PY
       ;;
     cand)
       [ -f "${CAND:-}" ] || { echo "!!! cand: CAND=$CAND is not a patch file here"; continue; }
-      t=c$(basename "$CAND" .patch) && d=$(tree_dir "$t")
-      if [ ! -d "$d" ]; then
-        cp -a "$(tree_dir series)" "$d"
-        (cd "$d" && patch -p1 -s) <"$CAND" || echo "!!! $t did not apply"
-      fi
+      t=c$(basename "$CAND" .patch)
+      tree_with_patch series "$t" <"$CAND"
       run_in "$t" 300 python3 -m pytest -q -p no:cacheprovider -rf \
         tests/kernels/moe/test_fused_moe_fp8_decode.py --junitxml "$R/decode-$t.xml"
       read -ra sweep_args <<<"${SWEEP_ARGS:-}"
@@ -260,11 +257,9 @@ PY
         else
           f=$(echo patches/"$n"-*.patch)
         fi
-        d=$(tree_dir "p$n")
-        [ -d "$d" ] && continue
-        cp -a "$(tree_dir base)" "$d"
-        filterdiff_tests() { awk '/^diff --git a\/tests\//{skip=1} /^diff --git a\/vllm\//{skip=0} !skip'; }
-        filterdiff_tests <"$f" | (cd "$d" && patch -p1 -s) || echo "!!! p$n did not apply"
+        # its vllm/ hunks only (its tests left out)
+        awk '/^diff --git a\/tests\//{skip=1} /^diff --git a\/vllm\//{skip=0} !skip' "$f" |
+          tree_with_patch base "p$n"
       done
       # the table compares the trees timed in this call (a fixed list once stopped it)
       # EP_ROUNDS > 1: the trees in turns, each run its own file and column (<tree>.r<round>)
