@@ -88,6 +88,19 @@ def summary(pin: pinmod.Pin, vdir: Path) -> bool:
     return ok_v
 
 
+def kept_lines(ws: Workspace) -> None:
+    """A row per kept line after the main line's summary: its pin, tree and patches applied
+    (its contract tier runs in scripts/test.sh), or the command that sets it up."""
+    for line in ws.lines():
+        pin = pinmod.load(line.pin_file)
+        if git.is_repo(line.vllm):
+            n = len(git.run(line.vllm, "log", "--format=%h", f"{pin.commit}..HEAD").split())
+            said = f"{ws.rel(line.vllm)}, {n} patches applied"
+        else:
+            said = "not set up: scripts/setup.sh"
+        print(f"  line     {line.line} (kept; pin {pin.tag} {pin.commit[:12]}): {said}")
+
+
 def require_import(ok: bool) -> None:
     """A build whose vllm does not import has failed, whatever pip said."""
     if not ok:
@@ -198,6 +211,8 @@ def main(args) -> int:
     if args.summary_only:
         ws = Workspace.current()
         require_import(summary(pinmod.load(ws.pin_file), ws.vllm))
+        if not ws.line:
+            kept_lines(ws)
     else:
         git.require_no_rebase_run(Workspace.current().rebase_state)
         build(reinstall=args.reinstall, show=not args.no_summary)

@@ -1,6 +1,7 @@
 """build refuses the precompiled path for a series that changes csrc/; the series lint."""
 
 import argparse
+import shutil
 
 import pytest
 from conftest import git, make_patch
@@ -95,3 +96,25 @@ def test_summary_fails_when_vllm_does_not_import(tiny, tmp_path, monkeypatch, ca
     out = capsys.readouterr().out
     assert "import failed: ImportError: half-installed vllm" in out
     assert "-c 'import vllm'" in str(e.value) and "build.sh --reinstall" in str(e.value)
+
+
+def test_the_summary_ends_with_each_kept_lines_tree(tiny, capsys):
+    """scripts/setup.sh sets up every kept line but its summary named the main line alone (a
+    newcomer's trial); each kept line now gets a row: its pin, its tree and the patches on it,
+    or the command that sets it up."""
+    from vseries.workspace import Workspace
+
+    line = tiny / "lines" / "v0.9.0"
+    (line / "patches").mkdir(parents=True)
+    shutil.copy(tiny / "upstream.toml", line / "upstream.toml")
+    build.kept_lines(Workspace.current())
+    assert "line     v0.9.0 (kept; pin " in (out := capsys.readouterr().out)
+    assert out.rstrip().endswith("not set up: scripts/setup.sh")
+    tree = tiny / ".vseries" / "lines" / "v0.9.0" / "vllm"
+    git(tiny, "clone", "-q", str(tiny / "vllm"), str(tree))
+    (tree / "b.py").write_text("x = 2\n")
+    git(tree, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "a patch")
+    build.kept_lines(Workspace.current())
+    assert (
+        capsys.readouterr().out.rstrip().endswith(".vseries/lines/v0.9.0/vllm, 1 patches applied")
+    )

@@ -237,3 +237,20 @@ def test_a_row_names_its_patch_by_number_and_subject_cut_with_an_ellipsis():
     assert contract.label("0001-Perf-Kernel-Default.patch", long) == f"0001 {long}"[:57] + "…"
     assert contract.label("0002-x.patch", "[P] b", "retired ") == "retired 0002 [P] b"
     assert contract.label("0001-x.patch") == "0001-x.patch"  # no file to read a Subject from
+
+
+def test_an_upstreamed_row_counts_its_cases_as_the_other_rows_do(capsys):
+    """The guard's pin line says its cases as every other row does, not pytest's closing
+    line with its deselected tests and warnings (which a newcomer asked about)."""
+    from vseries import retired
+    from vseries.pytestrun import Case
+
+    cases = [Case("test_a", "tests.contract.t", "t.py", "passed")] * 8
+    res = contract.Result(0, "8 passed, 9 deselected, 15 warnings in 8.66s", "base", (), cases)
+    rec = retired.Record("0001-x.patch", "Swap AB", contract="t.py", left_at="v0.34.0")
+    assert contract.report_upstreamed([(rec, res)])
+    out = capsys.readouterr().out
+    assert "    pin:     8 passed\n" in out and "warnings" not in out
+    # without a JUnit report (a run that broke off) the closing line is all there is
+    contract.report_upstreamed([(rec, contract.Result(2, "1 error in 3.0s", "base"))])
+    assert "    pin:     1 error in 3.0s\n" in capsys.readouterr().out
