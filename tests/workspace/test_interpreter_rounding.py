@@ -1,6 +1,6 @@
-"""vseries.lab.standins.rtne_downcasts: Triton's interpreter rounds float32 down to FP8 e4m3,
+"""vseries.lab.standins: rtne_downcasts (Triton's interpreter rounds float32 down to FP8 e4m3,
 bf16 and fp16 as the GPU does, so that a contract can hold a kernel that rounds inside Triton to
-a float32 reference on a CPU host."""
+a float32 reference on a CPU host), and the moe_sum stand-in skipping what the kernel skips."""
 
 import numpy as np
 import pytest
@@ -65,3 +65,19 @@ def test_other_conversions_keep_the_interpreters_code(original, fixed):
     assert np.array_equal(fixed(x, tl.float16, tl.float8e4nv, RTNE), want)
     bits = fixed(VALUES, tl.float32, tl.float8e5, RTNE)  # a format it leaves alone
     assert np.array_equal(bits, original(VALUES, tl.float32, tl.float8e5, RTNE))
+
+
+def test_the_moe_sum_stand_in_skips_the_slots_the_kernel_skips():
+    """v0.34.0's moe_sum with topk_ids skips a slot whose expert is -1 or another rank's
+    (its moe_sum_pad_aware_skip); the stand-in must too, or a CPU contract could pass or fail
+    on rows the kernel never reads. Without topk_ids every slot adds up."""
+    x = torch.ones(2, 3, 4)
+    x[0, 1] = float("inf")  # expert 5: not this rank's
+    x[1, 2] = float("nan")  # expert -1
+    ids = torch.tensor([[0, 5, 1], [1, 0, -1]], dtype=torch.int32)
+    emap = torch.tensor([0, 1, -1, -1, -1, -1], dtype=torch.int32)
+    out = torch.empty(2, 4)
+    standins.CudaOps.moe_sum(x, out, ids, emap)
+    assert out.tolist() == [[2.0] * 4, [2.0] * 4]
+    standins.CudaOps.moe_sum(x, out)
+    assert torch.isinf(out[0]).all() and torch.isnan(out[1]).all()

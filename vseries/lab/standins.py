@@ -89,7 +89,16 @@ class CudaOps:
 
     @staticmethod
     def moe_sum(x, out, topk_ids=None, expert_map=None):
-        out.copy_(x.float().sum(1).to(out.dtype))
+        """The top-k sum; given topk_ids, pad-aware as v0.34.0's kernel
+        (csrc/moe/moe_align_sum_kernels.cu, moe_sum_pad_aware_skip): a slot whose expert
+        is -1, or not this rank's under expert_map, is skipped, whatever its row holds."""
+        x = x.float()
+        if topk_ids is not None:
+            keep = topk_ids >= 0
+            if expert_map is not None:
+                keep &= expert_map[topk_ids.clamp(min=0).long()] >= 0
+            x = torch.where(keep[..., None], x, torch.zeros((), device=x.device))
+        out.copy_(x.sum(1).to(out.dtype))
 
 
 def silu_and_mul(activation, output, x, **kwargs):
