@@ -85,7 +85,10 @@ def test_a_second_run_changes_nothing_and_ends_with_the_summary(tmp_path):
     assert [x.split()[0] for x in tail[:7]] == [
         "pin", "source", "branch", "vllm", "kernels", "python", "patches"
     ], p.stdout[-3000:]  # fmt: skip
-    assert tail[6] == f"  patches  {n} applied" and len(tail) == 7 + n, p.stdout[-3000:]
+    assert tail[6] == f"  patches  {n} applied", p.stdout[-3000:]
+    # then a row per kept line, its tree set up (the first assert of set_up above)
+    kept = [x.split()[:2] for x in tail[7 + n :]]
+    assert kept == [["line", w.line] for w in ws.lines()], p.stdout[-3000:]
 
 
 @pytest.mark.parametrize(("free_mib", "says"), [(10, "little disk left"), (100_000, "network")])
