@@ -43,10 +43,15 @@ def torch_spec(pin: pinmod.Pin, ws: Workspace) -> list[str]:
     return ["-r", str(ws.root / "requirements" / "cpu-host.txt"), f"triton=={pin.triton}"]
 
 
+def applied(pin: pinmod.Pin, vdir: Path) -> list[str]:
+    """The patches on a tree above its pin, oldest first: ``<short hash> <subject>``."""
+    return git.run(vdir, "log", "--reverse", "--format=%h %s", f"{pin.commit}..HEAD").splitlines()
+
+
 def summary(pin: pinmod.Pin, vdir: Path) -> bool:
     """Print pin, source, patches applied, vllm.__version__ and whether the kernels load;
     False when vllm does not import (the summary's vllm row says why)."""
-    patches = git.run(vdir, "log", "--reverse", "--format=%h %s", f"{pin.commit}..HEAD")
+    patches = applied(pin, vdir)
     ok_v, version = host.probe(
         "import vllm, os; print(vllm.__version__, os.path.dirname(vllm.__file__))"
     )
@@ -82,8 +87,8 @@ def summary(pin: pinmod.Pin, vdir: Path) -> bool:
     print("\nsummary")
     for k, v in rows:
         print(f"  {k:8} {v}")
-    print(f"  patches  {len(patches.splitlines())} applied")
-    for line in patches.splitlines():
+    print(f"  patches  {len(patches)} applied")
+    for line in patches:
         print(f"    {line}")
     return ok_v
 
@@ -94,8 +99,7 @@ def kept_lines(ws: Workspace) -> None:
     for line in ws.lines():
         pin = pinmod.load(line.pin_file)
         if git.is_repo(line.vllm):
-            n = len(git.run(line.vllm, "log", "--format=%h", f"{pin.commit}..HEAD").split())
-            said = f"{ws.rel(line.vllm)}, {n} patches applied"
+            said = f"{ws.rel(line.vllm)}, {len(applied(pin, line.vllm))} patches applied"
         else:
             said = "not set up: scripts/setup.sh"
         print(f"  line     {line.line} (kept; pin {pin.tag} {pin.commit[:12]}): {said}")

@@ -86,7 +86,7 @@ def test_a_second_run_changes_nothing_and_ends_with_the_summary(tmp_path):
         "pin", "source", "branch", "vllm", "kernels", "python", "patches"
     ], p.stdout[-3000:]  # fmt: skip
     assert tail[6] == f"  patches  {n} applied", p.stdout[-3000:]
-    # then a row per kept line, its tree set up (the first assert of set_up above)
+    # then a row per kept line (each set up: checked by set_up above)
     kept = [x.split()[:2] for x in tail[7 + n :]]
     assert kept == [["line", w.line] for w in ws.lines()], p.stdout[-3000:]
 
