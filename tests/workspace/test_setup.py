@@ -45,6 +45,32 @@ def test_pip_location_warnings_stand_as_one_line_and_errors_stay(tmp_path):
     assert "'file:///nonexistent/a/simple/" in out[-1], out[-1]
 
 
+def test_setuptools_warnings_pass_and_are_named_expected(tmp_path):
+    """The editable installs' BuildBackendWarning lines come on stderr, so a newcomer saw them
+    under a later step and could not tell them from a fault: they pass as they came, and one
+    line at the end counts them and says they are expected."""
+    lines = [
+        "  /x/setuptools_scm/version_inference.py:236: BuildBackendWarning: version of None"
+        " already set",
+        '    warnings.warn(f"version of {self.dist_name} already set")',
+        "  /x/setuptools/command/editable_wheel.py:352: BuildBackendWarning: Editable"
+        " installation.",
+    ]
+    note = tmp_path / "note"
+    out = subprocess.run(
+        ["bash", "-c", '. scripts/_pip_locations.sh && pip_locations "$1"; '
+         'pip_locations_said "$1"', "-", str(note)],
+        cwd=ROOT,
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()  # fmt: skip
+    assert out[:-1] == lines
+    assert out[-1].startswith("setup: the 2 setuptools BuildBackendWarning(s) above"), out[-1]
+    assert "expected" in out[-1] and "CONTRIBUTING.md" in out[-1], out[-1]
+
+
 def set_up(ws: Workspace) -> bool:
     """True when ws's tree holds its series, clean, on branch series: what setup.sh leaves."""
     if not git.is_repo(ws.vllm) or git.head_branch(ws.vllm) != am.BRANCH or git.dirty(ws.vllm):
