@@ -17,6 +17,20 @@ from vseries.workspace import Workspace
 LOCATION = "is ignored: it is neither a file nor a directory."
 
 
+def filtered(said: str, note) -> list[str]:
+    """What set-up prints of ``said`` (pip's and setuptools' output): the filter, then its
+    closing lines (scripts/_pip_locations.sh)."""
+    return subprocess.run(
+        ["bash", "-c", '. scripts/_pip_locations.sh && pip_locations "$1"; '
+         'pip_locations_said "$1"', "-", str(note)],
+        cwd=ROOT,
+        input=said,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()  # fmt: skip
+
+
 def test_pip_location_warnings_stand_as_one_line_and_errors_stay(tmp_path):
     # real pip, its configuration ignored, with two index folders that do not exist
     pip = subprocess.run(
@@ -29,16 +43,7 @@ def test_pip_location_warnings_stand_as_one_line_and_errors_stay(tmp_path):
     said = pip.stderr.splitlines()
     warned = [x for x in said if x.startswith("WARNING: Location ") and x.endswith(LOCATION)]
     assert pip.returncode == 1 and len(warned) >= 2, pip.stderr
-    note = tmp_path / "note"
-    out = subprocess.run(
-        ["bash", "-c", '. scripts/_pip_locations.sh && pip_locations "$1"; '
-         'pip_locations_said "$1"', "-", str(note)],
-        cwd=ROOT,
-        input=pip.stderr,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.splitlines()  # fmt: skip
+    out = filtered(pip.stderr, tmp_path / "note")
     assert out[:-1] == [x for x in said if x not in warned]  # the errors among them
     assert any(x.startswith("ERROR: ") for x in out[:-1]), out
     assert out[-1].startswith(f"setup: {len(warned)} pip warnings left out: index locations")
@@ -56,16 +61,7 @@ def test_setuptools_warnings_pass_and_are_named_expected(tmp_path):
         "  /x/setuptools/command/editable_wheel.py:352: BuildBackendWarning: Editable"
         " installation.",
     ]
-    note = tmp_path / "note"
-    out = subprocess.run(
-        ["bash", "-c", '. scripts/_pip_locations.sh && pip_locations "$1"; '
-         'pip_locations_said "$1"', "-", str(note)],
-        cwd=ROOT,
-        input="\n".join(lines) + "\n",
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.splitlines()  # fmt: skip
+    out = filtered("\n".join(lines) + "\n", tmp_path / "note")
     assert out[:-1] == lines
     assert out[-1].startswith("setup: the 2 setuptools BuildBackendWarning(s) above"), out[-1]
     assert "expected" in out[-1] and "CONTRIBUTING.md" in out[-1], out[-1]
