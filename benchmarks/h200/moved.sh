@@ -41,6 +41,11 @@
 #   cand   a candidate patch on the series (CAND: its file, e.g. patches/candidates/0003-pdl.patch;
 #          tree c<its name>): the decode tests there, then the sweep there (SWEEP_ARGS, e.g.
 #          "--grid PDL=0,1 PREFETCH=0": the candidate beside its switches off, one process)
+#   quant  a candidate change to v0.34.0 (QUANT_CAND, default
+#          patches/candidates/fp8-quant-one-program.patch) on a copy of the base (tree c<its
+#          name>): its test file there, benchmarks/bench_fp8_quant.py there, then the layer
+#          (bench_moe_layer.py, TRITON, M = 1..16, both scales) on base and there in turns
+#          (ROUNDS, default 2; BENCH_ARGS replaces the shapes)
 #   kbench 0003's layer benchmark in vLLM's benchmarks/kernels/ (the command its PR shows), on
 #          its branch alone where staged (pr0003), KBENCH_RUNS times (default 3)
 #   latency vLLM's own `vllm bench latency` (batch 1, 1024 output tokens) on base and series
@@ -244,6 +249,23 @@ PY
       run_in "$t" "${BENCH_TIMEOUT:-240}" python3 -m benchmarks.decode_sweep \
         --variant "$t" --out "$R/decode_sweep-$t.json" "${sweep_args[@]}"
       run_ws series 30 python3 -P -m benchmarks.decode_sweep --report "$R/decode_sweep-$t.json"
+      ;;
+    quant)
+      f=${QUANT_CAND:-patches/candidates/fp8-quant-one-program.patch}
+      [ -f "$f" ] || { echo "!!! quant: QUANT_CAND=$f is not a patch file here"; continue; }
+      t=c$(basename "$f" .patch)
+      tree_with_patch base "$t" <"$f"
+      run_in "$t" 200 python3 -m pytest -q -p no:cacheprovider -rf \
+        tests/kernels/moe/test_moe_fp8_quant_one_program.py --junitxml "$R/quant-test-$t.xml"
+      run_in "$t" 150 python3 -m benchmarks.bench_fp8_quant --variant "$t" \
+        --out "$R/fp8_quant-$t.json"
+      read -ra bench_args <<<"${BENCH_ARGS:---shapes qwen3-30b-a3b dsv3-tp8}"
+      for ((r = 1; r <= ${ROUNDS:-2}; r++)); do
+        for v in base "$t"; do
+          run_in "$v" "${BENCH_TIMEOUT:-120}" python3 -m benchmarks.bench_moe_layer --variant "$v" \
+            --batches {1..16} --out "$R/moe_layer-q-$v-r$r.json" "${bench_args[@]}"
+        done
+      done
       ;;
     epcost)
       # which patch makes the series' fused_experts under EP slower than v0.34.0's: trees

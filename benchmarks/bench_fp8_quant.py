@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""The fused MoE's dynamic per-tensor FP8 activation quantization at decode sizes, alone.
+
+v0.34.0 quantizes each MoE GEMM's input with ``ops.scaled_fp8_quant(x)`` (dynamic, per
+tensor): three launches (a memset of the scale, an abs-max reduction with atomics, the
+quantization). Rows, per input of a MoE layer (``a1``: the hidden states, M x hidden; ``a2``:
+the intermediate rows, M * top-k x intermediate) and M:
+
+- ``cuda``: ``ops.scaled_fp8_quant(x)``, what v0.34.0 runs;
+- ``one_program`` (trees with ``patches/candidates/fp8-quant-one-program.patch``): the
+  candidate's one launch, where it takes the input (a contiguous tensor of at most its
+  ``_ONE_PROGRAM_FP8_QUANT_MAX_NUMEL`` values); ``equal`` says whether its bytes and scale were
+  those of ``cuda`` on every input timed;
+- ``static``: ``ops.scaled_fp8_quant(x, scale)``, one launch with a given scale: the floor a
+  one-launch dynamic quantization can reach.
+
+Method (``benchmarks/harness.py``): CUDA-graph replay of 16 calls on 16 inputs, time of one
+call, median and range of the replays. The inputs are small and were just written by the
+kernel before, so they are L2-resident here as when serving.
+
+    cd /root/vllm-<tree> && PYTHONPATH=/root/site:/root/vllm-<tree>:<ws> \\
+        python3 -m benchmarks.bench_fp8_quant --variant <tree> --out fp8_quant-<tree>.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from benchmarks import harness, shapes
+from vseries import results
+
+BATCHES = tuple(range(1, 17))
+INPUTS = 16
+
+
+def one_program():
+    """The candidate's one-launch quantization and its size limit, or None (plain tree)."""
+    from vllm.model_executor.layers.fused_moe import utils
+
+    fn = getattr(utils, "dynamic_per_tensor_fp8_quant_one_program", None)
+    return (fn, utils._ONE_PROGRAM_FP8_QUANT_MAX_NUMEL) if fn else None
+
+
+def sites(shape: str, m: int) -> dict[str, tuple[int, int]]:
+    """The two quantized inputs of one MoE layer at M tokens: (rows, columns)."""
+    _, topk, hidden, inter = shapes.MOE_SHAPES[shape]
+    return {"a1": (m, hidden), "a2": (m * topk, inter)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--variant", required=True, help="name of the tree, e.g. base or cquant")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--shapes", nargs="*", default=list(shapes.MOE_SHAPES))
+    ap.add_argument("--batches", nargs="*", type=int, default=list(BATCHES))
+    ap.add_argument("--reps", type=int, default=50)
+    a = ap.parse_args()
+
+    from vllm import _custom_ops as ops
+
+    cand = one_program()
+    head = harness.header("fp8_quant", a.variant, None, one_program=cand is not None)
+    rows: list[results.Row] = []
+    torch.manual_seed(0)
+    for shape in a.shapes:
+        for m in a.batches:
+            for site, (r, c) in sites(shape, m).items():
+                xs = [
+                    torch.randn(r, c, device="cuda", dtype=torch.bfloat16) * 3
+                    for _ in range(INPUTS)
+                ]
+                scale = torch.ones(1, device="cuda", dtype=torch.float32)
+                arms = {
+                    "cuda": [lambda x=x: ops.scaled_fp8_quant(x) for x in xs],
+                    "static": [lambda x=x, s=scale: ops.scaled_fp8_quant(x, s) for x in xs],
+                }
+                extra: dict = {"site": site, "rows": r, "cols": c}
+                if cand is not None and r * c <= cand[1]:
+                    fn = cand[0]
+                    arms["one_program"] = [lambda x=x, f=fn: f(x) for x in xs]
+                    extra["equal"] = all(
+                        torch.equal(p[1], q[1])
+                        and torch.equal(p[0].view(torch.uint8), q[0].view(torch.uint8))
+                        for p, q in ((fn(x), ops.scaled_fp8_quant(x)) for x in xs)
+                    )
+                for arm, calls in arms.items():
+                    label = f"{shape} {site} M={m} {arm}"
+                    try:
+                        t = harness.time_graph(calls, reps=a.reps)
+                    except Exception as exc:  # one failing case must not lose the run
+                        rows.append(
+                            results.failed("fp8_quant", shape, "bf16", m, arm, exc, **extra)
+                        )
+                        print(f"{label}: FAILED {exc}", flush=True)
+                        continue
+                    rows.append(
+                        results.Row(
+                            "fp8_quant", shape, "bf16", m, arm, round(t.us, 2),
+                            round(t.us_min, 2), round(t.us_max, 2), 2 * r * c, None, dict(extra),
+                        )
+                    )  # fmt: skip
+                    print(f"{label}: {t.us:.2f} us ({t.us_min:.2f}-{t.us_max:.2f})", flush=True)
+                results.write(a.out, head, rows)
+    results.write(a.out, head, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
