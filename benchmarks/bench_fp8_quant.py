@@ -58,6 +58,9 @@ def main() -> int:
     ap.add_argument("--batches", nargs="*", type=int, default=list(BATCHES))
     ap.add_argument("--reps", type=int, default=50)
     a = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("bench_fp8_quant: needs a CUDA GPU", file=sys.stderr)
+        return 2
 
     from vllm import _custom_ops as ops
 

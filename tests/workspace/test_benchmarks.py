@@ -17,7 +17,12 @@ from vseries import results
 BENCH = ROOT / "benchmarks"
 
 SCRIPTS = ["bench_swap_ab.py", "bench_fp8_oracle.py", "bench_rope_nospec.py", "tune_swap_ab.py"]
-SCRIPTS += ["swap_ab_modes.py", "bench_moe_decode.py", "moe_decode_anatomy.py"]
+SCRIPTS += [
+    "swap_ab_modes.py",
+    "bench_moe_decode.py",
+    "moe_decode_anatomy.py",
+    "bench_fp8_quant.py",
+]
 
 
 def result_file(path, variant: str, us: float) -> None:
@@ -80,7 +85,9 @@ def test_benchmark_script_has_help(script):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script", ["bench_swap_ab.py", "bench_fp8_oracle.py"])
+@pytest.mark.parametrize(
+    "script", ["bench_swap_ab.py", "bench_fp8_oracle.py", "bench_fp8_quant.py"]
+)
 def test_benchmark_refuses_a_host_without_cuda(script, tmp_path):
     if subprocess.run(
         [sys.executable, "-c", "import torch, sys; sys.exit(torch.cuda.is_available())"]
@@ -534,3 +541,13 @@ def test_the_pr_body_snippet_is_the_upstream_script():
     block = "\n".join(f"    {line}" if line else "" for line in code.splitlines())
     [patch] = (ROOT / "patches").glob("0004-*.patch")
     assert block in patch.read_text()
+
+
+def test_fp8_quant_benchmark_times_both_quantized_inputs_of_a_layer():
+    """The two inputs a MoE layer quantizes at M tokens: the hidden states (M x hidden) and
+    the intermediate rows (M * top-k x intermediate), from the shape's one record."""
+    from benchmarks import bench_fp8_quant, shapes
+
+    for name, (_, topk, hidden, inter) in shapes.MOE_SHAPES.items():
+        assert bench_fp8_quant.sites(name, 3) == {"a1": (3, hidden), "a2": (3 * topk, inter)}
+    assert bench_fp8_quant.sites("qwen3-30b-a3b", 1) == {"a1": (1, 2048), "a2": (8, 768)}
