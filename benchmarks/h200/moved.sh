@@ -32,7 +32,8 @@
 #          WAVES names the waves to run (default "1 2 3 4 5"; 6 to 16: 48 layers, a pair
 #          each; 17, 18: three each, for an H200; 19 to 21: DeepSeek-V3 TP8's MoE in a
 #          one-rank stand-in, a pair each; 22, 23: 48-layer dynamic pairs; 24: one more, traced,
-#          its trace files kept); the series'
+#          its trace files kept; 25, 26: the quant phase's candidate against v0.34.0,
+#          48-layer dynamic pairs, TRITON on both sides); the series'
 #          processes ask for its decode backend (--moe-backend triton_fp8_decode) but sa*
 #          (its auto)
 #   sweep  benchmarks/decode_sweep.py: the decode kernels' split-K and stages swept at one
@@ -319,6 +320,12 @@ PY
       . benchmarks/h200/served.sh
       # the series' processes ask for its decode backend (D), except the sa* ones (its auto)
       D=triton_fp8_decode V=dsv3-tp8
+      # waves 25 and 26 serve the quant phase's candidate tree: made here if that phase has not
+      Q=c$(basename "${QUANT_CAND:-patches/candidates/fp8-quant-one-program.patch}" .patch)
+      case " ${WAVES:-} " in
+        *" 25 "* | *" 26 "*)
+          tree_with_patch base "$Q" <"${QUANT_CAND:-patches/candidates/fp8-quant-one-program.patch}" ;;
+      esac
       for w in ${WAVES:-1 2 3 4 5}; do
         case $w in
           1) served_wave 1 340 bd1:base:fp8dyn:trace sd1:series:fp8dyn:trace:$D \
@@ -367,6 +374,10 @@ PY
           # a traced 48-layer dynamic pair whose trace files come back whole (served/traces/):
           # with the layer phase in the same call, prediction and TPOT from one machine
           24) served_wave 24 330 Lsd6:series:fp8dyn:trace:$D:48 Lbd6:base:fp8dyn:trace::48 ;;
+          # the one-launch dynamic FP8 quantization candidate ($Q, made above) against v0.34.0,
+          # 48-layer dynamic pairs, TRITON on both sides, the two orders
+          25) served_wave 25 300 "Lqd1:$Q:fp8dyn:::48" Lbd7:base:fp8dyn:::48 ;;
+          26) served_wave 26 300 Lbd8:base:fp8dyn:::48 "Lqd2:$Q:fp8dyn:::48" ;;
           # DeepSeek-V3 TP8's MoE layer served in a one-rank stand-in (benchmarks/shapes.py
           # says what it leaves out), 16 layers, about 27 GiB an engine: a pair fits an H100.
           # v0.34.0's default against the decode backend (19 static, 21 dynamic) and against
