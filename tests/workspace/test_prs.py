@@ -318,6 +318,24 @@ def test_a_test_file_that_runs_nothing_without_cuda_says_so(tiny):
     body = (tiny / "out/prs/0001/body.md").read_text()
     assert f"- `pytest {t}`: not run on a CPU-only host" in body and "needs CUDA (" in body
     assert "0 passed" not in body
+    assert "its GPU run is shown above" not in body  # the message shows no GPU run
+
+
+def test_a_gpu_only_file_whose_gpu_run_the_message_shows_points_at_it(tiny):
+    """The line of a file that ran nothing on the CPU host points at the message's own GPU run
+    of it (a reviewer read "not run" beside the GPU output as a contradiction)."""
+    gpu_only = TESTS.replace("def test_cpu():\n    assert 1 + 1 == 2\n", "")
+    t = "tests/kernels/test_gpu_only.py"
+    msg = (
+        "[Kernel] feature, GPU tests\n\n## Purpose\n\nWhy.\n\n## Test Plan\n\n"
+        f"    pytest {t}\n\n## Test Result\n\nGPU (H200):\n\n    $ pytest {t}\n"
+        "    3 passed\n\nUpstream-Status: Pending"
+    )
+    add(tiny, write(t, gpu_only), msg)
+    prs.prs(hooks=False, tests=True)
+    body = (tiny / "out/prs/0001/body.md").read_text()
+    assert f"- `pytest {t}`: not run on a CPU-only host" in body
+    assert "its GPU run is shown above" in body
 
 
 # --- vLLM's pre-commit hooks -------------------------------------------------------------------
@@ -347,8 +365,12 @@ def test_patch_failing_ruff_is_refused_with_the_hooks_output(tiny):
     assert not bad.ok and "(ruff-check)" in bad.problems[0]
     assert "b.py:1:8: F401 [*] `os` imported but unused" in bad.problems[0]
     assert good.ok and good.checks.hooks == [["ruff-check", "Passed"], ["ruff-format", "Passed"]]
-    assert doc.ok and doc.checks.hooks == []
-    assert doc.checks.hooks_not_run[0][0] == "markdownlint-cli2"
+    if shutil.which("node") and shutil.which("npm"):  # markdownlint-cli2 from npm
+        assert doc.ok and doc.checks.hooks == [["markdownlint-cli2", "Passed"]]
+        assert doc.checks.hooks_not_run == []
+    else:
+        assert doc.ok and doc.checks.hooks == []
+        assert doc.checks.hooks_not_run[0][0] == "markdownlint-cli2"
     assert "F401" in (tiny / "out/prs/0001/checks.txt").read_text()
 
 
@@ -427,8 +449,16 @@ def test_derived_config_of_vllms_own_hooks(v0_21_0_hooks):
     assert hooks["typos"]["args"] == ["--force-exclude"]  # vLLM's override kept
     assert hooks["mypy-local"]["additional_dependencies"][0] == "mypy[faster-cache]==1.19.1"
     assert not {"mypy-3.10", "signoff-commit", "clang-format", "shellcheck"} & set(hooks)
-    _, not_run = prs.derive_config(pristine, ["docs/README.md"])
-    assert [h for h, _ in not_run] == ["markdownlint-cli2"]
+    derived, not_run = prs.derive_config(pristine, ["docs/README.md"])
+    md = {h["id"]: h for h in derived["repos"][0]["hooks"]}.get("markdownlint-cli2")
+    if shutil.which("node") and shutil.which("npm"):
+        # the npm package at vLLM's rev, on the host's Node.js (not the release vLLM pins)
+        assert not_run == [] and md["language"] == "node"
+        assert md["language_version"] == "system"
+        assert md["additional_dependencies"] == ["markdownlint-cli2@0.21.0"]
+        assert md["args"] == ["--fix"]  # vLLM's own arguments kept
+    else:
+        assert md is None and [h for h, _ in not_run] == ["markdownlint-cli2"]
     derived, not_run = prs.derive_config(pristine / "docs", ["README.md"])  # no config there
     assert derived["repos"][0]["hooks"] == [] and "no .pre-commit-config.yaml" in not_run[0][1]
 

@@ -88,8 +88,10 @@ def _count_by_test(ids: list[str]) -> str:
     return ", ".join(f"`{k}`" + (f" ({n} cases)" if n > 1 else "") for k, n in counts.items())
 
 
-def checks_md(info: PatchInfo, c: Checks) -> str:
-    """The 'tests and checks on this branch' lines."""
+def checks_md(info: PatchInfo, c: Checks, shown: str = "") -> str:
+    """The 'tests and checks on this branch' lines. ``shown``: the message's own Test Result;
+    a test file that ran nothing here but is named there gets a pointer to it, so the line
+    does not read as if the file never ran."""
     out = []
     for t in c.tests if c.ran_tests else []:
         sk = [s for s in c.skipped if s[0].startswith(t + "::")]
@@ -100,7 +102,8 @@ def checks_md(info: PatchInfo, c: Checks) -> str:
         if not (n_ok or n_bad or sk):
             # nothing ran without a GPU: say so, not "0 passed"
             why = f"needs CUDA ({_count_by_test(gpu)})" if gpu else "collected no test"
-            out.append(f"- `pytest {t}`: not run on a {c.host}, {why}")
+            where = "; its GPU run is shown above" if t in shown else ""
+            out.append(f"- `pytest {t}`: not run on a {c.host}, {why}{where}")
             continue
         line = f"- `pytest {t}` on a {c.host}: " + ", ".join(parts)
         if gpu:
@@ -298,7 +301,7 @@ def body(
             before = before[:-1] + "."  # no figures follow: it introduces none
         own = "\n\n".join(x for x in (before, figures, own[placed.end() :].strip("\n")) if x)
     result = [own.strip()] if own.strip() else []
-    ran = checks_md(info, checks) if checks is not None else ""
+    ran = checks_md(info, checks, own) if checks is not None else ""
     if ran:
         result.append(f"Tests and checks on this branch, based on {base}:\n\n" + ran)
     if not placed:

