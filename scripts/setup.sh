@@ -57,6 +57,8 @@ steps() {
   . scripts/_venv.sh
   python -m vseries materialise
   python -m vseries apply "${force[@]}"
+  echo "setup: where the build below installs vLLM, setuptools prints banners (\"Please be" \
+    "careful ...\"): expected (CONTRIBUTING.md#set-up)"
   python -m vseries build --no-summary
   if [ -z "$line" ]; then
     for pin in lines/*/upstream.toml; do

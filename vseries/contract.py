@@ -218,8 +218,14 @@ def check_upstreamed(ws: Workspace) -> list[tuple[retired.Record, Result]]:
         return [(r, run.result()) for r, run in zip(records, runs, strict=True)]
 
 
-# a retired patch's row: its number is the one it had then, which a later patch may now carry
-RETIRED = "retired, was "
+# a retired patch's row: its number is the one it had then, in the series it left (the line it
+# was carried on for an upstreamed patch, the pin's series for a dropped one), which a later
+# patch of today's series may now carry
+
+
+def retired_prefix(r: retired.Record) -> str:
+    """ "retired, was v0.21.0's " (the series the number belongs to) for a retired patch's row."""
+    return f"retired, was {r.left_from or r.left_at}'s "
 
 
 def label(name: str, subject: str = "", prefix: str = "") -> str:
@@ -245,7 +251,9 @@ def report_upstreamed(rows) -> bool:
         verdict = "ok (still upstream)"
         if res.code != 0:
             verdict, good = "FAILS ON THE PIN: upstream regressed or reverted it", False
-        print(f"{label(r.name, r.subject, RETIRED):58} {res.outcome:10} {'-':10} {verdict}")
+        print(
+            f"{label(r.name, r.subject, retired_prefix(r)):58} {res.outcome:10} {'-':10} {verdict}"
+        )
         since = f"; upstream since {r.taken_in}" if r.taken_in else ""
         print(
             f"    left the series at the move to {r.left_at}, its contract runs on the pin{since}"
@@ -268,7 +276,7 @@ def report_dropped(ws: Workspace) -> None:
     are not run (they fail on the pin by design)."""
     for r in retired.load(ws):
         if r.kind == retired.DROPPED:
-            name = label(r.name, r.subject, RETIRED)
+            name = label(r.name, r.subject, retired_prefix(r))
             print(f"{name:58} {'-':10} {'-':10} dropped at {r.left_at}: not run")
             print(f"    why: {first_sentence(r.why)}")
 

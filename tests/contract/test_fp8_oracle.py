@@ -241,8 +241,9 @@ def test_explicit_flashinfer_env_wins(oracle, monkeypatch):
 
     if "VLLM_USE_FLASHINFER_MOE_FP8" not in envs.environment_variables:
         pytest.skip(
-            "for the kept line v0.21.0: v0.24.0 removed VLLM_USE_FLASHINFER_MOE_FP8; on this "
-            "release --moe-backend is the switch (test_explicit_moe_backend_wins)"
+            "not applicable from v0.24.0, which removed VLLM_USE_FLASHINFER_MOE_FP8 (the kept "
+            "v0.21.0 line runs this case); here --moe-backend is the switch "
+            "(test_explicit_moe_backend_wins)"
         )
     monkeypatch.setenv("VLLM_USE_FLASHINFER_MOE_FP8", "1")
     assert _select(oracle, _moe_config(), "per_tensor_static") == "FLASHINFER_CUTLASS"

@@ -39,7 +39,7 @@ def test_a_dropped_contract_is_named_and_not_run_as_a_guard(tiny, capsys):
     assert not (ws.state / "base").exists()
     contract.report_dropped(ws)
     out = capsys.readouterr().out
-    assert "retired, was 0002 [Kernel] b " in out and "dropped at v0.99.0: not run" in out
+    assert "retired, was v0.99.0's 0002 [Kernel] b" in out and "dropped at v0.99.0: not run" in out
     assert "why: no model reaches it" in out
     assert retired.problems(ws) == [] and lint_series.problems(ws) == []
 
