@@ -24,7 +24,6 @@ kernel before, so they are L2-resident here as when serving.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import torch
@@ -51,13 +50,7 @@ def sites(shape: str, m: int) -> dict[str, tuple[int, int]]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--variant", required=True, help="name of the tree, e.g. base or cquant")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--shapes", nargs="*", default=list(shapes.MOE_SHAPES))
-    ap.add_argument("--batches", nargs="*", type=int, default=list(BATCHES))
-    ap.add_argument("--reps", type=int, default=50)
-    a = ap.parse_args()
+    a = harness.arguments(__doc__, BATCHES, reps=50).parse_args()
     if not torch.cuda.is_available():
         print("bench_fp8_quant: needs a CUDA GPU", file=sys.stderr)
         return 2

@@ -33,7 +33,6 @@ the activations quantised per tensor as vLLM does (``bench_moe_decode.reference`
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import sys
 from functools import partial
@@ -232,13 +231,8 @@ def run_variant(v: Variant, shape, scale, layer, a, bw, rows):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--variant", required=True, help="name of the tree, e.g. base or series")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--shapes", nargs="*", default=list(shapes.MOE_SHAPES))
-    ap.add_argument("--batches", nargs="*", type=int, default=list(BATCHES))
+    ap = harness.arguments(__doc__, BATCHES, reps=30)
     ap.add_argument("--scales", nargs="*", default=list(SCALES))
-    ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--flashinfer", action="store_true", help="add FLASHINFER_CUTLASS (static)")
     ap.add_argument("--decode16", action="store_true", help="add the decode path up to M=16")
     ap.add_argument(

@@ -24,6 +24,7 @@ Runs on a CUDA host (the H200 recipe). The import needs nothing beyond the stand
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import subprocess
@@ -39,6 +40,21 @@ if TYPE_CHECKING:  # for the annotations only: the import stays free of torch
 
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 ROUTINGS = 8  # routings cycled inside one graph; 8 x top-8 of 128 experts covers most
+
+
+def arguments(doc: str, batches: Sequence[int], reps: int) -> argparse.ArgumentParser:
+    """The command line the layer benchmarks share: the tree's name (``--variant``), the
+    result file (``--out``), the model shapes, the batch sizes and the timed replays; a
+    benchmark adds its own options to the parser."""
+    from benchmarks import shapes
+
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--variant", required=True, help="name of the tree, e.g. base or series")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--shapes", nargs="*", default=list(shapes.MOE_SHAPES))
+    ap.add_argument("--batches", nargs="*", type=int, default=list(batches))
+    ap.add_argument("--reps", type=int, default=reps)
+    return ap
 
 
 def read_bandwidth(gib: int = 2) -> float:

@@ -218,13 +218,10 @@ def check_upstreamed(ws: Workspace) -> list[tuple[retired.Record, Result]]:
         return [(r, run.result()) for r, run in zip(records, runs, strict=True)]
 
 
-# a retired patch's row: its number is the one it had then, in the series it left (the line it
-# was carried on for an upstreamed patch, the pin's series for a dropped one), which a later
-# patch of today's series may now carry
-
-
 def retired_prefix(r: retired.Record) -> str:
-    """ "retired, was v0.21.0's " (the series the number belongs to) for a retired patch's row."""
+    """The start of a retired patch's row, e.g. `retired, was v0.21.0's `: its number is the
+    one it had in the series it left (the line it was carried on, for an upstreamed patch; the
+    pin's series, for a dropped one), which a patch of today's series may now carry."""
     return f"retired, was {r.left_from or r.left_at}'s "
 
 

@@ -90,6 +90,9 @@ trap 'tar czf "$OUT/moved.tar.gz" -C "$R" .; echo "moved.sh done in ${SECONDS}s"
   exit 1
 }
 ln -sfn "$(tree_dir series)" "$(tree_dir patched)"
+# the quant phase's candidate patch (served too, by waves 25 and 26) and its tree's name
+QUANT_CAND=${QUANT_CAND:-patches/candidates/fp8-quant-one-program.patch}
+Q=c$(basename "$QUANT_CAND" .patch)
 install_wheel() {  # once per host: the patched wheel (part w1, wheel_parts.py) into /root/wsite
   [ -d /root/wsite/vllm ] && return 0
   local whl
@@ -252,17 +255,15 @@ PY
       run_ws series 30 python3 -P -m benchmarks.decode_sweep --report "$R/decode_sweep-$t.json"
       ;;
     quant)
-      f=${QUANT_CAND:-patches/candidates/fp8-quant-one-program.patch}
-      [ -f "$f" ] || { echo "!!! quant: QUANT_CAND=$f is not a patch file here"; continue; }
-      t=c$(basename "$f" .patch)
-      tree_with_patch base "$t" <"$f"
-      run_in "$t" 200 python3 -m pytest -q -p no:cacheprovider -rf \
-        tests/kernels/moe/test_moe_fp8_quant_one_program.py --junitxml "$R/quant-test-$t.xml"
-      run_in "$t" 150 python3 -m benchmarks.bench_fp8_quant --variant "$t" \
-        --out "$R/fp8_quant-$t.json"
+      [ -f "$QUANT_CAND" ] || { echo "!!! quant: QUANT_CAND=$QUANT_CAND is not a patch file here"; continue; }
+      tree_with_patch base "$Q" <"$QUANT_CAND"
+      run_in "$Q" 200 python3 -m pytest -q -p no:cacheprovider -rf \
+        tests/kernels/moe/test_moe_fp8_quant_one_program.py --junitxml "$R/quant-test-$Q.xml"
+      run_in "$Q" 150 python3 -m benchmarks.bench_fp8_quant --variant "$Q" \
+        --out "$R/fp8_quant-$Q.json"
       read -ra bench_args <<<"${BENCH_ARGS:---shapes qwen3-30b-a3b dsv3-tp8}"
       for ((r = 1; r <= ${ROUNDS:-2}; r++)); do
-        for v in base "$t"; do
+        for v in base "$Q"; do
           run_in "$v" "${BENCH_TIMEOUT:-120}" python3 -m benchmarks.bench_moe_layer --variant "$v" \
             --batches {1..16} --out "$R/moe_layer-q-$v-r$r.json" "${bench_args[@]}"
         done
@@ -321,10 +322,8 @@ PY
       # the series' processes ask for its decode backend (D), except the sa* ones (its auto)
       D=triton_fp8_decode V=dsv3-tp8
       # waves 25 and 26 serve the quant phase's candidate tree: made here if that phase has not
-      Q=c$(basename "${QUANT_CAND:-patches/candidates/fp8-quant-one-program.patch}" .patch)
       case " ${WAVES:-} " in
-        *" 25 "* | *" 26 "*)
-          tree_with_patch base "$Q" <"${QUANT_CAND:-patches/candidates/fp8-quant-one-program.patch}" ;;
+        *" 25 "* | *" 26 "*) tree_with_patch base "$Q" <"$QUANT_CAND" ;;
       esac
       for w in ${WAVES:-1 2 3 4 5}; do
         case $w in
