@@ -33,7 +33,8 @@
 #          each; 17, 18: three each, for an H200; 19 to 21: DeepSeek-V3 TP8's MoE in a
 #          one-rank stand-in, a pair each; 22, 23: 48-layer dynamic pairs; 24: one more, traced,
 #          its trace files kept; 25, 26: the quant phase's candidate against v0.34.0,
-#          48-layer dynamic pairs, TRITON on both sides); the series'
+#          48-layer dynamic triples, TRITON on both sides; 27, 28: 0003 against TRITON untuned
+#          and tuned (the tune phase's tree), static triples); the series'
 #          processes ask for its decode backend (--moe-backend triton_fp8_decode) but sa*
 #          (its auto)
 #   sweep  benchmarks/decode_sweep.py: the decode kernels' split-K and stages swept at one
@@ -47,6 +48,11 @@
 #          name>): its test file there, benchmarks/bench_fp8_quant.py there, then the layer
 #          (bench_moe_layer.py, TRITON, M = 1..16, both scales) on base and there in turns
 #          (ROUNDS, default 2; BENCH_ARGS replaces the shapes)
+#   tune   a tuned TRITON baseline (0003's review): vLLM's fused-MoE tuner
+#          (benchmarks/tune_fused_moe.py; Ray from parts pt1, pt2 of stage_tune.sh) on the base for
+#          TUNE_SHAPE (default qwen3-30b-a3b) at TUNE_BATCHES; tree `tuned` = the base with the
+#          config file it wrote; then the layer (bench_moe_layer.py) on base, tuned and series in
+#          turns (ROUNDS, default 1); served waves 27 and 28 serve the tuned tree
 #   kbench 0003's layer benchmark in vLLM's benchmarks/kernels/ (the command its PR shows), on
 #          its branch alone where staged (pr0003), KBENCH_RUNS times (default 3)
 #   latency vLLM's own `vllm bench latency` (batch 1, 1024 output tokens) on base and series
@@ -100,6 +106,24 @@ install_wheel() {  # once per host: the patched wheel (part w1, wheel_parts.py) 
     --kernels /root/stage/kernels --out /tmp) || { echo "!!! wheel restore failed"; return 1; }
   echo "wheel: $whl sha256 $(sha256sum "$whl" | cut -d' ' -f1)"
   python3 -m pip install -q --no-index --no-deps --no-compile --target /root/wsite "$whl"
+}
+install_tune_wheels() {  # once per host: Ray and what it imports (parts pt*, stage_tune.sh)
+  [ -d /root/tsite/ray ] && return 0
+  compgen -G "/root/stage/pt[0-9]*/tune.tar.*" >/dev/null ||
+    { echo "!!! no part pt1: run benchmarks/h200/stage_tune.sh and send pt1, pt2"; return 1; }
+  rm -rf /tmp/tune-wheels && mkdir -p /tmp/tune-wheels
+  # the parts in order (the glob sorts): pt1/tune.tar.0, pt2/tune.tar.1, ... (at most nine)
+  cat /root/stage/pt[1-9]/tune.tar.* | tar xf - -C /tmp/tune-wheels
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /root/tsite \
+    /tmp/tune-wheels/*.whl || { echo "!!! tune wheels did not install"; return 1; }
+}
+make_tuned() {  # tree `tuned`: the base with the tune phase's config file(s)
+  local d f
+  d=$(tree_dir tuned)
+  f=$(compgen -G "$R/tuned/E=*.json") || { echo "!!! tune: no config file in $R/tuned"; return 1; }
+  [ -d "$d" ] || cp -a "$(tree_dir base)" "$d"
+  cp "$R"/tuned/E=*.json "$d/vllm/model_executor/layers/fused_moe/configs/"
+  echo "tuned: $(basename "$f"), batches $(python3 -c 'import json,sys; print(*[k for k in json.load(open(sys.argv[1])) if k.isdigit()])' "$f")"
 }
 for phase in ${PHASES:-check tests}; do
   case $phase in
@@ -325,6 +349,10 @@ PY
       case " ${WAVES:-} " in
         *" 25 "* | *" 26 "*) tree_with_patch base "$Q" <"$QUANT_CAND" ;;
       esac
+      # waves 27 and 28 serve the tune phase's tree (its config file from an earlier call)
+      case " ${WAVES:-} " in
+        *" 27 "* | *" 28 "*) [ -d "$(tree_dir tuned)" ] || make_tuned || echo "!!! no tree tuned: run PHASES=tune first" ;;
+      esac
       for w in ${WAVES:-1 2 3 4 5}; do
         case $w in
           1) served_wave 1 340 bd1:base:fp8dyn:trace sd1:series:fp8dyn:trace:$D \
@@ -375,8 +403,17 @@ PY
           24) served_wave 24 330 Lsd6:series:fp8dyn:trace:$D:48 Lbd6:base:fp8dyn:trace::48 ;;
           # the one-launch dynamic FP8 quantization candidate ($Q, made above) against v0.34.0,
           # 48-layer dynamic pairs, TRITON on both sides, the two orders
-          25) served_wave 25 300 "Lqd1:$Q:fp8dyn:::48" Lbd7:base:fp8dyn:::48 ;;
-          26) served_wave 26 300 Lbd8:base:fp8dyn:::48 "Lqd2:$Q:fp8dyn:::48" ;;
+          # 48-layer dynamic triples on an H200 (three engines at once; an H100 runs them in parts)
+          25) served_wave 25 330 "Lqd1:$Q:fp8dyn:::48" Lbd7:base:fp8dyn:::48 \
+            "Lqd2:$Q:fp8dyn:::48" ;;
+          26) served_wave 26 330 Lbd8:base:fp8dyn:::48 "Lqd3:$Q:fp8dyn:::48" \
+            Lbd9:base:fp8dyn:::48 ;;
+          # 0003's review: its decode backend against v0.34.0's TRITON, untuned and with the
+          # tune phase's config (tree `tuned`), static scales, 48 layers, a triple each order
+          27) served_wave 27 330 Tbt1:base:fp8static::triton:48 Tss1:series:fp8static::$D:48 \
+            Ttt1:tuned:fp8static::triton:48 ;;
+          28) served_wave 28 330 Ttt2:tuned:fp8static::triton:48 Tss2:series:fp8static::$D:48 \
+            Tbt2:base:fp8static::triton:48 ;;
           # DeepSeek-V3 TP8's MoE layer served in a one-rank stand-in (benchmarks/shapes.py
           # says what it leaves out), 16 layers, about 27 GiB an engine: a pair fits an H100.
           # v0.34.0's default against the decode backend (19 static, 21 dynamic) and against
@@ -395,6 +432,21 @@ PY
         sfx=-$a && [ "$a" = qwen3-30b-a3b ] && sfx=
         run_ws series 60 python3 -P -m benchmarks.served.report "$R"/served/*.json \
           --layer "${lrows[@]}" --shape "$a" --md "$R/served$sfx.md" --json "$R/served$sfx.json"
+      done
+      ;;
+    tune)
+      install_tune_wheels || continue
+      ts=${TUNE_SHAPE:-qwen3-30b-a3b}
+      read -ra tb <<<"${TUNE_BATCHES:-1 2 3 4 8 16}"
+      run_in base "${TUNE_TIMEOUT:-360}" env PYTHONPATH="$(tree_path base):/root/tsite" \
+        python3 -m benchmarks.tune_fused_moe --shape "$ts" --batches "${tb[@]}" \
+        --save-dir "$R/tuned" --out "$R/tune-$ts.json"
+      make_tuned || continue
+      for ((r = 1; r <= ${ROUNDS:-1}; r++)); do
+        for t in base tuned series; do
+          run_in "$t" "${BENCH_TIMEOUT:-90}" python3 -m benchmarks.bench_moe_layer \
+            --variant "$t" --shapes "$ts" --out "$R/moe_layer-t-$t-r$r.json"
+        done
       done
       ;;
     kbench)

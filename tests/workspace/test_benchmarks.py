@@ -22,6 +22,7 @@ SCRIPTS += [
     "bench_moe_decode.py",
     "moe_decode_anatomy.py",
     "bench_fp8_quant.py",
+    "tune_fused_moe.py",
 ]
 
 
@@ -551,3 +552,56 @@ def test_fp8_quant_benchmark_times_both_quantized_inputs_of_a_layer():
     for name, (_, topk, hidden, inter) in shapes.MOE_SHAPES.items():
         assert bench_fp8_quant.sites(name, 3) == {"a1": (3, hidden), "a2": (3 * topk, inter)}
     assert bench_fp8_quant.sites("qwen3-30b-a3b", 1) == {"a1": (1, 2048), "a2": (8, 768)}
+
+
+def _upstream_tuner_functions() -> dict:
+    """``get_configs_compute_bound`` and ``prune_xpu_search_space`` as the pinned tree's
+    ``benchmarks/kernels/benchmark_moe.py`` defines them, run on this host (its module imports
+    Ray, which the workspace does not install): their source, with vLLM's platform (not ROCm,
+    not XPU: the CUDA space) and Triton's ``next_power_of_2``."""
+    import ast
+    import itertools
+
+    import triton
+    from vllm.platforms import current_platform
+
+    src = (ROOT / "vllm/benchmarks/kernels/benchmark_moe.py").read_text()
+    wanted = {"get_configs_compute_bound", "prune_xpu_search_space"}
+    defs = [n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef) and n.name in wanted]
+    assert {d.name for d in defs} == wanted
+    ns = {"current_platform": current_platform, "product": itertools.product, "triton": triton,
+          "BenchmarkConfig": dict}  # fmt: skip
+    exec(compile(ast.Module(body=defs, type_ignores=[]), "benchmark_moe.py", "exec"), ns)
+    return ns
+
+
+def test_tune_prunes_the_search_space_as_upstream_prunes_xpu():
+    """tune_fused_moe times what upstream's own rule keeps (tiles no taller than the rows one
+    expert receives), for every shape and batch: the decode-batch space of a 128-expert top-8
+    layer is BLOCK_SIZE_M = 16, 384 of the 1920 CUDA configurations."""
+    from benchmarks import tune_fused_moe as t
+
+    up = _upstream_tuner_functions()
+    space = up["get_configs_compute_bound"](False, None)
+    assert len(space) == 1920
+    for experts, topk, _, _ in shapes.MOE_SHAPES.values():
+        for batches in ([1], [1, 2, 3, 4], [1, 2, 3, 4, 8, 16], [64], [512]):
+            want = up["prune_xpu_search_space"](max(batches), space, topk, experts)
+            assert t.search_space(space, batches, topk, experts) == want, (experts, batches)
+    qwen = t.search_space(space, list(t.BATCHES), 8, 128)
+    assert len(qwen) == 384 and {c["BLOCK_SIZE_M"] for c in qwen} == {16}
+    assert t.search_space(space, [1], 8, 128, prune=False) == space
+
+
+def test_tune_refuses_a_tree_without_vllms_tuner(tmp_path):
+    """Run outside a vLLM tree (no benchmarks/kernels/benchmark_moe.py) it says where to run
+    it and exits 2, before it needs Ray or a GPU."""
+    p = subprocess.run(
+        [sys.executable, "-P", "-m", "benchmarks.tune_fused_moe", "--shape", "qwen3-30b-a3b",
+         "--save-dir", str(tmp_path), "--out", str(tmp_path / "t.json")],
+        capture_output=True, text=True, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "benchmark_moe.py: run from a vLLM tree" in p.stderr
+    assert not list(tmp_path.iterdir())
