@@ -70,14 +70,17 @@ def ran(runs: str, head: dict[str, Any], clocks: bool = False) -> str:
     )
 
 
-def page(a: argparse.Namespace, script: str, title: str, intro: str, table: str) -> str:
+def page(
+    a: argparse.Namespace, script: str, title: str, intro: str, table: str, more: str = ""
+) -> str:
     """The Markdown page: ``title``, ``intro`` (``ran``'s sentence and the report's method),
-    ``table``, the plot, the notes, and the "Made by" line naming ``script``'s command."""
+    ``table``, the plot, the notes, and the "Made by" line naming ``script``'s command
+    (``more``: the report's own arguments beyond --base and --series, e.g. " --tuned f.json")."""
     notes = a.notes.read_text().strip() + "\n\n" if a.notes else ""
     return (
         f"# {title}\n\n{intro}\n\n{table}\n\n![plot]({Path(a.out).name}.png)\n\n{notes}"
         f"Made by: `{a.command or MADE_BY}`; table: `python benchmarks/{Path(script).name} "
-        f"--base {' '.join(a.base)} --series {' '.join(a.series)} --out {a.out}`\n"
+        f"--base {' '.join(a.base)} --series {' '.join(a.series)}{more} --out {a.out}`\n"
     )
 
 

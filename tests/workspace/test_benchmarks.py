@@ -605,3 +605,41 @@ def test_tune_refuses_a_tree_without_vllms_tuner(tmp_path):
     assert p.returncode == 2, p.stderr[-2000:]
     assert "benchmark_moe.py: run from a vLLM tree" in p.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_tune_report_sets_0003_beside_the_tuned_baseline(tmp_path):
+    """tune_report.py: the tuner's two configurations per batch, then the layer of the three
+    trees with the speed-ups per turn (tuned against v0.34.0, the series against tuned)."""
+    from benchmarks import tune_report
+
+    cfg = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
+           "num_warps": 4, "num_stages": 4}  # fmt: skip
+    best = {**cfg, "BLOCK_SIZE_N": 32, "num_stages": 5}
+    rows = [results.Row("tune_fused_moe", "qwen3-30b-a3b", "fp8_w8a8", 1, v, us, None, None,
+                        0, None, {"config": c}) for v, us, c in
+            (("default", 30.0, cfg), ("tuned", 24.0, best))]  # fmt: skip
+    results.write(tmp_path / "tune.json", {"bench": "tune_fused_moe", "variant": "tuned"}, rows)
+    files = {}
+    for tree, us in (("base", 25.0), ("tuned", 20.0), ("series", 16.0)):
+        files[tree] = []
+        for r, scale in enumerate((1.0, 1.1), 1):
+            p = tmp_path / f"moe_layer-t-{tree}-r{r}.json"
+            row = results.Row("moe_layer", "qwen3-30b-a3b", "static", 1, "default", us * scale,
+                              us, us * 1.2, 10_000_000, 100 * 8.5 / (us * scale))  # fmt: skip
+            head = {"bench": "moe_layer", "variant": tree, "gpu": "NVIDIA H200", "clocks": "x",
+                    "torch": "2.14.0", "triton": "3.8.0", "read_bandwidth_Bps": 4.3e12}  # fmt: skip
+            results.write(p, head, [row])
+            files[tree].append(str(p))
+    out = tmp_path / "page"
+    assert tune_report.main(["--tune", str(tmp_path / "tune.json"), "--base", *files["base"],
+                             "--tuned", *files["tuned"], "--series", *files["series"],
+                             "--out", str(out)]) == 0  # fmt: skip
+    md = (tmp_path / "page.md").read_text()
+    assert "| 1 | 30.0 | 16x64x128 g1 w4 s4 | 24.0 | 16x32x128 g1 w4 s5 | 1.25x |" in md
+    assert (
+        "| qwen3-30b-a3b | static | 1 | 26.2 (25.0-27.5) | 21.0 (20.0-22.0) | "
+        "16.8 (16.0-17.6) | 1.25x (1.25x-1.25x) | 1.25x (1.25x-1.25x) | 41% -> 51% |"
+    ) in md
+    assert "2 runs each of v0.34.0, v0.34.0 with the tuned file and the series" in md
+    assert f"--tuned {' '.join(files['tuned'])} --tune {tmp_path / 'tune.json'} --out" in md
+    assert (tmp_path / "page.png").stat().st_size > 0
