@@ -52,7 +52,7 @@
 #          (benchmarks/tune_fused_moe.py; Ray from parts pt1, pt2 of stage_tune.sh) on the base for
 #          TUNE_SHAPE (default qwen3-30b-a3b) at TUNE_BATCHES; tree `tuned` = the base with the
 #          config file it wrote; then the layer (bench_moe_layer.py) on base, tuned and series in
-#          turns (ROUNDS, default 1); served waves 27 and 28 serve the tuned tree
+#          turns (ROUNDS, default 1; a later call runs only these); waves 27, 28 serve tree tuned
 #   kbench 0003's layer benchmark in vLLM's benchmarks/kernels/ (the command its PR shows), on
 #          its branch alone where staged (pr0003), KBENCH_RUNS times (default 3)
 #   latency vLLM's own `vllm bench latency` (batch 1, 1024 output tokens) on base and series
@@ -438,14 +438,18 @@ PY
       install_tune_wheels || continue
       ts=${TUNE_SHAPE:-qwen3-30b-a3b}
       read -ra tb <<<"${TUNE_BATCHES:-1 2 3 4 8 16}"
-      run_in base "${TUNE_TIMEOUT:-360}" env PYTHONPATH="$(tree_path base):/root/tsite" \
-        python3 -m benchmarks.tune_fused_moe --shape "$ts" --batches "${tb[@]}" \
-        --save-dir "$R/tuned" --out "$R/tune-$ts.json"
+      # the tuner once per host (a later call runs the layer rounds only)
+      [ -f "$R/tune-$ts.json" ] ||
+        run_in base "${TUNE_TIMEOUT:-360}" env PYTHONPATH="$(tree_path base):/root/tsite" \
+          python3 -m benchmarks.tune_fused_moe --shape "$ts" --batches "${tb[@]}" \
+          --save-dir "$R/tuned" --out "$R/tune-$ts.json"
       make_tuned || continue
+      # files of one call and round sort together (tune_report.py pairs the trees by name)
+      c=$(date +%H%M%S)
       for ((r = 1; r <= ${ROUNDS:-1}; r++)); do
         for t in base tuned series; do
           run_in "$t" "${BENCH_TIMEOUT:-90}" python3 -m benchmarks.bench_moe_layer \
-            --variant "$t" --shapes "$ts" --out "$R/moe_layer-t-$t-r$r.json"
+            --variant "$t" --shapes "$ts" --out "$R/moe_layer-t-$t-$c-r$r.json"
         done
       done
       ;;
