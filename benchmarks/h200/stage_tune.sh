@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 list=benchmarks/h200/host-wheels-tune.txt
 wheels=.gpu/wheels-tune
 python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-  --platform manylinux2014_x86_64 --platform any -d "$wheels" -r "$list"
+  --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 --platform any -d "$wheels" -r "$list"
 rm -rf .gpu/stage/pt[0-9]* && mkdir -p .gpu/stage
 tmp=$(mktemp -d)
 tar cf - -C "$wheels" . | split -b 48M -d -a 1 - "$tmp/tune.tar."
