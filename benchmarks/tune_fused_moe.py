@@ -33,6 +33,7 @@ Needs Ray importable (vLLM's tuner imports it; no cluster is started) and a CUDA
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import multiprocessing
 import os
 import sys
@@ -64,9 +65,11 @@ def load_tuner():
             f"tune_fused_moe: no {d}/benchmark_moe.py: run from a vLLM tree that has "
             "benchmarks/kernels (stage.py stages it)"
         )
-    sys.path.insert(0, str(d))
+    # by its path: the tree's benchmarks/ is not a package, and it imports only vllm
+    spec = importlib.util.spec_from_file_location("benchmark_moe", d / "benchmark_moe.py")
+    benchmark_moe = importlib.util.module_from_spec(spec)
     try:
-        import benchmark_moe
+        spec.loader.exec_module(benchmark_moe)
     except ModuleNotFoundError as exc:
         if exc.name == "ray" or (exc.name or "").startswith("ray."):
             raise RuntimeError(
