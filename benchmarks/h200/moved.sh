@@ -54,7 +54,8 @@
 #          config file it wrote; then the layer (bench_moe_layer.py) on base, tuned and series in
 #          turns (ROUNDS, default 1; a later call runs only these); waves 27, 28 serve tree tuned
 #   kbench 0003's layer benchmark in vLLM's benchmarks/kernels/ (the command its PR shows), on
-#          its branch alone where staged (pr0003), KBENCH_RUNS times (default 3)
+#          its branch alone where staged (pr0003), KBENCH_RUNS times (default 3); KBENCH_MODELS
+#          picks the shapes, KBENCH_TUNED=1 gives its triton arm the tune phase's config file
 #   latency vLLM's own `vllm bench latency` (batch 1, 1024 output tokens) on base and series
 #          (--moe-backend triton_fp8_decode); LATENCY_FLAVOUR (default fp8static) and
 #          LATENCY_LAYERS (default 48): the served benchmark's row it cross-checks
@@ -456,12 +457,20 @@ PY
     kbench)
       # 0003's own layer benchmark, the command its PR shows (vLLM's benchmarks/kernels/), on
       # its branch alone where staged (tree pr0003), KBENCH_RUNS times (default 3)
+      # KBENCH_TUNED=1: its triton arm with the tune phase's config file
+      # (VLLM_TUNED_CONFIG_FOLDER, as 0003's review asks); KBENCH_MODELS: the model shapes
       kt=pr0003 && [ -d "$(tree_dir pr0003)" ] || kt=series
+      kenv=() k=$kt
+      if [ -n "${KBENCH_TUNED:-}" ]; then
+        compgen -G "$R/tuned/E=*.json" >/dev/null || { echo "!!! kbench: no tuned config: run PHASES=tune first"; continue; }
+        kenv=(VLLM_TUNED_CONFIG_FOLDER="$R/tuned") k=$kt-tuned
+      fi
+      read -ra km <<<"${KBENCH_MODELS:-qwen3-30b-a3b deepseek-v3-tp8 mixtral-8x7b}"
       for ((r = 1; r <= ${KBENCH_RUNS:-3}; r++)); do
-        echo "kbench run $r on $kt"
-        run_in "$kt" "${KBENCH_TIMEOUT:-200}" python3 benchmarks/kernels/benchmark_moe_fp8_decode.py \
-          --model qwen3-30b-a3b deepseek-v3-tp8 mixtral-8x7b --batch-sizes 1 2 3 4 \
-          2>"$R/kbench-$kt-r$r.log" | tee "$R/kbench-$kt-r$r.txt"
+        echo "kbench run $r on $k"
+        run_in "$kt" "${KBENCH_TIMEOUT:-200}" env "${kenv[@]}" python3 \
+          benchmarks/kernels/benchmark_moe_fp8_decode.py --model "${km[@]}" --batch-sizes 1 2 3 4 \
+          2>"$R/kbench-$k-r$r.log" | tee "$R/kbench-$k-r$r.txt"
       done
       ;;
     latency)
