@@ -54,11 +54,11 @@ fi
 # scripts/_pip_locations.sh), the summary last
 steps() {
   set -e
+  echo "setup: the editable installs below (this workspace's package, then vLLM) make" \
+    "setuptools print banners (\"Please be careful ...\"): expected (CONTRIBUTING.md#set-up)"
   . scripts/_venv.sh
   python -m vseries materialise
   python -m vseries apply "${force[@]}"
-  echo "setup: where the build below installs vLLM, setuptools prints banners (\"Please be" \
-    "careful ...\"): expected (CONTRIBUTING.md#set-up)"
   python -m vseries build --no-summary
   if [ -z "$line" ]; then
     for pin in lines/*/upstream.toml; do

@@ -225,6 +225,14 @@ def retired_prefix(r: retired.Record) -> str:
     return f"retired, was {r.left_from or r.left_at}'s "
 
 
+def full_title(name: str, subject: str = "", prefix: str = "") -> str:
+    """The line under a retired patch's row when ``label`` cut its Subject: the whole of it,
+    and that its number is the one it had then (today's patch of that number is another)."""
+    if len(prefix + f"{name.split('-', 1)[0]} {subject}") <= 58 or not subject:
+        return ""
+    return f"    title:   {subject} (its number then; today's patch of that number is another)"
+
+
 def label(name: str, subject: str = "", prefix: str = "") -> str:
     """A patch's first column: its number and Subject (else its file name), cut with an
     ellipsis to fit 58 characters."""
@@ -255,6 +263,8 @@ def report_upstreamed(rows) -> bool:
         print(
             f"    left the series at the move to {r.left_at}, its contract runs on the pin{since}"
         )
+        if title := full_title(r.name, r.subject, retired_prefix(r)):
+            print(title)
         print(f"    pin:     {counted(res.cases) if res.cases else res.line}")
     return good
 
@@ -275,6 +285,8 @@ def report_dropped(ws: Workspace) -> None:
         if r.kind == retired.DROPPED:
             name = label(r.name, r.subject, retired_prefix(r))
             print(f"{name:58} {'-':10} {'-':10} dropped at {r.left_at}: not run")
+            if title := full_title(r.name, r.subject, retired_prefix(r)):
+                print(title)
             print(f"    why: {first_sentence(r.why)}")
 
 

@@ -127,3 +127,16 @@ def test_the_contract_tier_reads_the_records_before_any_run(tiny, monkeypatch):
     monkeypatch.setattr(contract, "check_all", lambda *a, **k: pytest.fail("ran the contracts"))
     with pytest.raises(SeriesError, match="why = 3"):
         contract.main(argparse.Namespace(patched_only=False))
+
+
+def test_a_retired_row_cut_short_gets_its_whole_title():
+    """A retired patch's row cuts its Subject at 58 characters; the line under it gives the
+    whole Subject and says the number is the one it had then (a newcomer matched the cut
+    `retired, was v0.34.0's 0004 [Perf][Kernel] H200 per-tenso…` to today's 0004)."""
+    subject = "[Perf][Kernel] H200 per-tensor FP8 MoE configs for three model shapes"
+    prefix = "retired, was v0.34.0's "
+    row = contract.label("0004-Perf-Kernel-H200.patch", subject, prefix)
+    assert row.endswith("…") and len(row) == 58
+    line = contract.full_title("0004-Perf-Kernel-H200.patch", subject, prefix)
+    assert subject in line and "its number then" in line
+    assert contract.full_title("0002-Kernel-b.patch", "[Kernel] b", prefix) == ""
