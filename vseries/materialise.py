@@ -75,7 +75,10 @@ def ensure(route: str = "auto", quiet: bool = False, ws: Workspace | None = None
             "scripts/setup.sh   # without --source git: the verified source release",
         )
     if own and route == "auto":
-        print(f"materialise: the pin is {pin.source.filename}'s own commit; no git route to try")
+        print(
+            f"materialise: the pin is a commit made from {pin.source.filename} (no upstream "
+            "git remote has it), so it is made here, not cloned"
+        )
     if route in ("auto", "git") and not git.offline() and not ws.line and not own:
         try:
             by_git = release.submodule_by_git(ws.root, pin)
@@ -107,7 +110,7 @@ def ensure(route: str = "auto", quiet: bool = False, ws: Workspace | None = None
     if ws.line:  # a kept line's own repository: not the submodule
         print(
             f"materialise{ws.label}: {ws.rel(vdir)} from the verified source release "
-            f"{pin.source.filename}; HEAD {pin.commit[:12]} = {pin.tag} via git replace"
+            f"{pin.source.filename}; HEAD {pin.commit[:12]} = tag {pin.tag}, made from its files"
         )
         return vdir
     # Register it as the submodule and move its .git under the superproject's modules/.
@@ -115,7 +118,7 @@ def ensure(route: str = "auto", quiet: bool = False, ws: Workspace | None = None
     git.run(ws.root, "submodule", "absorbgitdirs", "vllm", check=False)
     print(
         f"materialise: vllm/ from the verified source release {pin.source.filename} "
-        f"(no git route); HEAD {pin.commit[:12]} = {pin.tag} via git replace"
+        f"(no git route); HEAD {pin.commit[:12]} = tag {pin.tag}, made from its files"
     )
     return vdir
 
