@@ -74,7 +74,7 @@ def load_tuner():
         if exc.name == "ray" or (exc.name or "").startswith("ray."):
             raise RuntimeError(
                 "tune_fused_moe: vLLM's benchmark_moe.py imports Ray: install it (on the GPU "
-                "host: part pt, benchmarks/h200/stage_tune.sh)"
+                "host: parts pt1, pt2 of benchmarks/h200/stage_tune.sh)"
             ) from exc
         raise
     return benchmark_moe
