@@ -225,12 +225,14 @@ def retired_prefix(r: retired.Record) -> str:
     return f"retired, was {r.left_from or r.left_at}'s "
 
 
-def full_title(name: str, subject: str = "", prefix: str = "") -> str:
-    """The line under a retired patch's row when ``label`` cut its Subject: the whole of it,
-    and that its number is the one it had then (today's patch of that number is another)."""
+def full_title(name: str, subject: str = "", prefix: str = "", renumbered: bool = False) -> str:
+    """The line under a retired patch's row when ``label`` cut its Subject: the whole of it;
+    ``renumbered`` (a patch dropped from the pin's own series, whose later patches moved up):
+    that its number is the one it had then, which today's series gives another patch."""
     if len(prefix + f"{name.split('-', 1)[0]} {subject}") <= 58 or not subject:
         return ""
-    return f"    title:   {subject} (its number then; today's patch of that number is another)"
+    then = " (its number then; today's patch of that number is another)" if renumbered else ""
+    return f"    title:   {subject}{then}"
 
 
 def label(name: str, subject: str = "", prefix: str = "") -> str:
@@ -285,7 +287,7 @@ def report_dropped(ws: Workspace) -> None:
         if r.kind == retired.DROPPED:
             name = label(r.name, r.subject, retired_prefix(r))
             print(f"{name:58} {'-':10} {'-':10} dropped at {r.left_at}: not run")
-            if title := full_title(r.name, r.subject, retired_prefix(r)):
+            if title := full_title(r.name, r.subject, retired_prefix(r), renumbered=True):
                 print(title)
             print(f"    why: {first_sentence(r.why)}")
 

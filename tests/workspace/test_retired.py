@@ -131,12 +131,16 @@ def test_the_contract_tier_reads_the_records_before_any_run(tiny, monkeypatch):
 
 def test_a_retired_row_cut_short_gets_its_whole_title():
     """A retired patch's row cuts its Subject at 58 characters; the line under it gives the
-    whole Subject and says the number is the one it had then (a newcomer matched the cut
-    `retired, was v0.34.0's 0004 [Perf][Kernel] H200 per-tenso…` to today's 0004)."""
+    whole Subject, and for a patch dropped from the pin's series that the number is the one it
+    had then (a newcomer matched the cut `retired, was v0.34.0's 0004 [Perf][Kernel] H200
+    per-tenso…` to today's 0004)."""
     subject = "[Perf][Kernel] H200 per-tensor FP8 MoE configs for three model shapes"
     prefix = "retired, was v0.34.0's "
     row = contract.label("0004-Perf-Kernel-H200.patch", subject, prefix)
     assert row.endswith("…") and len(row) == 58
-    line = contract.full_title("0004-Perf-Kernel-H200.patch", subject, prefix)
+    line = contract.full_title("0004-Perf-Kernel-H200.patch", subject, prefix, renumbered=True)
     assert subject in line and "its number then" in line
+    # an upstreamed patch keeps the number of the line it was carried on (still its number there)
+    kept = contract.full_title("0004-Perf-Kernel-H200.patch", subject, "retired, was v0.21.0's ")
+    assert kept == f"    title:   {subject}"
     assert contract.full_title("0002-Kernel-b.patch", "[Kernel] b", prefix) == ""
