@@ -94,20 +94,9 @@ def table(base: list[dict], series: list[dict]) -> tuple[str, list[dict]]:
 
 
 def plot(points: list[dict], out: Path, gpu: str) -> None:
-    shapes = sorted({p["shape"] for p in points})
-    fig, axes = plots.grid(1, len(shapes), (5, 3.8))
-    for ax, shape in zip(axes[0], shapes, strict=True):
-        for dtype, style in (("static", "-"), ("dynamic", "--")):
-            pts = [p for p in points if p["shape"] == shape and p["dtype"] == dtype]
-            ms = [p["m"] for p in pts]
-            ax.plot(ms, [p["roof_base"] for p in pts], "o" + style, color="grey",
-                    label=f"v0.34.0, {dtype}")  # fmt: skip
-            ax.plot(ms, [p["roof_series"] for p in pts], "o" + style, color="tab:blue",
-                    label=f"series, {dtype}")  # fmt: skip
-        plots.roofline_axis(ax, shape, "tokens (M)")
-        ax.set_ylim(0, 100)
-    axes[0][0].legend(fontsize=7)
-    plots.save(fig, out, f"Per-tensor FP8 MoE layer, {gpu}: v0.34.0 (TRITON) vs the series")
+    arms = [("roof_base", "v0.34.0", "grey"), ("roof_series", "series", "tab:blue")]
+    title = f"Per-tensor FP8 MoE layer, {gpu}: v0.34.0 (TRITON) vs the series"
+    plots.roofline_by_shape(points, arms, out, title)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,3 +34,23 @@ def roofline_axis(ax, title: str, xlabel: str = "tokens", fontsize: float | None
     ax.set_xlabel(xlabel)
     ax.set_ylabel("% of the read roofline")
     ax.grid(alpha=0.3)
+
+
+def roofline_by_shape(points: list[dict], arms: list[tuple[str, str, str]], out: Path,
+                      title: str) -> None:  # fmt: skip
+    """One panel per model shape of % of the read roofline against tokens, a line per arm and
+    scale (static solid, dynamic dashed); ``points``: dicts of shape, dtype (the scales), m and
+    each arm's key; ``arms``: (key in the points, legend name, colour)."""
+    shapes = sorted({p["shape"] for p in points})
+    fig, axes = grid(1, len(shapes), (5, 3.8))
+    for ax, shape in zip(axes[0], shapes, strict=True):
+        for dtype, style in (("static", "-"), ("dynamic", "--")):
+            pts = [p for p in points if p["shape"] == shape and p["dtype"] == dtype]
+            ms = [p["m"] for p in pts]
+            for key, name, colour in arms:
+                ax.plot(ms, [p[key] for p in pts], "o" + style, color=colour,
+                        label=f"{name}, {dtype}")  # fmt: skip
+        roofline_axis(ax, shape, "tokens (M)")
+        ax.set_ylim(0, 100)
+    axes[0][0].legend(fontsize=7)
+    save(fig, out, title)

@@ -87,19 +87,10 @@ def layer_table(base, tuned, series) -> tuple[str, list[dict]]:
 
 
 def plot(points: list[dict], out: Path, gpu: str) -> None:
-    shapes = sorted({p["shape"] for p in points})
-    fig, axes = plots.grid(1, len(shapes), (5, 3.8))
-    for ax, shape in zip(axes[0], shapes, strict=True):
-        for dtype, style in (("static", "-"), ("dynamic", "--")):
-            pts = [p for p in points if p["shape"] == shape and p["dtype"] == dtype]
-            ms = [p["m"] for p in pts]
-            for arm, color in (("base", "grey"), ("tuned", "tab:orange"), ("series", "tab:blue")):
-                ax.plot(ms, [p[arm] for p in pts], "o" + style, color=color,
-                        label=f"{arm}, {dtype}")  # fmt: skip
-        plots.roofline_axis(ax, shape, "tokens (M)")
-        ax.set_ylim(0, 100)
-    axes[0][0].legend(fontsize=7)
-    plots.save(fig, out, f"Per-tensor FP8 MoE layer, {gpu}: TRITON untuned, tuned, and 0003")
+    arms = [("base", "v0.34.0", "grey"), ("tuned", "tuned", "tab:orange"),
+            ("series", "series", "tab:blue")]  # fmt: skip
+    title = f"Per-tensor FP8 MoE layer, {gpu}: TRITON untuned, tuned, and 0003"
+    plots.roofline_by_shape(points, arms, out, title)
 
 
 def main(argv: list[str] | None = None) -> int:
