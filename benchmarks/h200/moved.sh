@@ -121,7 +121,8 @@ install_tune_wheels() {  # once per host: Ray and what it imports (parts pt*, st
 make_tuned() {  # tree `tuned`: the base with the tune phase's config file(s)
   local d f
   d=$(tree_dir tuned)
-  f=$(compgen -G "$R/tuned/E=*.json") || { echo "!!! tune: no config file in $R/tuned"; return 1; }
+  f=$(compgen -G "$R/tuned/E=*.json" | head -n 1)
+  [ -n "$f" ] || { echo "!!! tune: no config file in $R/tuned"; return 1; }
   [ -d "$d" ] || cp -a "$(tree_dir base)" "$d"
   cp "$R"/tuned/E=*.json "$d/vllm/model_executor/layers/fused_moe/configs/"
   echo "tuned: $(basename "$f"), batches $(python3 -c 'import json,sys; print(*[k for k in json.load(open(sys.argv[1])) if k.isdigit()])' "$f")"
@@ -403,8 +404,8 @@ PY
           # with the layer phase in the same call, prediction and TPOT from one machine
           24) served_wave 24 330 Lsd6:series:fp8dyn:trace:$D:48 Lbd6:base:fp8dyn:trace::48 ;;
           # the one-launch dynamic FP8 quantization candidate ($Q, made above) against v0.34.0,
-          # 48-layer dynamic pairs, TRITON on both sides, the two orders
-          # 48-layer dynamic triples on an H200 (three engines at once; an H100 runs them in parts)
+          # TRITON on both sides, 48-layer dynamic triples in the two orders (an H200 holds the
+          # three engines at once; an H100 runs them in parts)
           25) served_wave 25 330 "Lqd1:$Q:fp8dyn:::48" Lbd7:base:fp8dyn:::48 \
             "Lqd2:$Q:fp8dyn:::48" ;;
           26) served_wave 26 330 Lbd8:base:fp8dyn:::48 "Lqd3:$Q:fp8dyn:::48" \
