@@ -42,41 +42,27 @@ def spread(values: list[float], fmt: str = "{:.1f}") -> str:
     return f"{fmt.format(med)} ({fmt.format(min(values))}-{fmt.format(max(values))})"
 
 
+def times(runs: list[dict], key: tuple, field: str = "us") -> list[float]:
+    """``field`` of row ``key`` in each run that has it."""
+    return [r[key][field] for r in runs if key in r]
+
+
+def per_turn(num: list[dict], den: list[dict], key: tuple) -> list[float]:
+    """num / den time of row ``key`` per turn (the i-th run of each tree), where both have it."""
+    return [a[key]["us"] / b[key]["us"] for a, b in zip(num, den, strict=False)
+            if key in a and key in b]  # fmt: skip
+
+
 def table(base: list[dict], series: list[dict]) -> tuple[str, list[dict]]:
     keys = sorted({k[:3] for run in series for k in run}, key=lambda k: (k[0], k[1], k[2]))
-    pairs = list(zip(base, series, strict=False))
     head = ["shape", "scales", "M", "v0.34.0 us", "series us", "series / v0.34.0 speed-up"]
     head += ["% roofline v0.34.0 -> series", "speed-up of the decode patch (vs series' general)"]
     lines, points = [], []
     for shape, dtype, m in keys:
-        b = [
-            r[(shape, dtype, m, "default")]["us"] for r in base if (shape, dtype, m, "default") in r
-        ]
-        s = [
-            r[(shape, dtype, m, "default")]["us"]
-            for r in series
-            if (shape, dtype, m, "default") in r
-        ]
-        ratio = [
-            pb[(shape, dtype, m, "default")]["us"] / ps[(shape, dtype, m, "default")]["us"]
-            for pb, ps in pairs
-            if (shape, dtype, m, "default") in pb and (shape, dtype, m, "default") in ps
-        ]
-        dec = [
-            r[(shape, dtype, m, "general")]["us"] / r[(shape, dtype, m, "default")]["us"]
-            for r in series
-            if (shape, dtype, m, "general") in r and (shape, dtype, m, "default") in r
-        ]
-        rb = [
-            r[(shape, dtype, m, "default")]["roofline_pct"]
-            for r in base
-            if (shape, dtype, m, "default") in r
-        ]
-        rs = [
-            r[(shape, dtype, m, "default")]["roofline_pct"]
-            for r in series
-            if (shape, dtype, m, "default") in r
-        ]
+        k, g = (shape, dtype, m, "default"), (shape, dtype, m, "general")
+        b, s, ratio = times(base, k), times(series, k), per_turn(base, series, k)
+        dec = [r[g]["us"] / r[k]["us"] for r in series if g in r and k in r]
+        rb, rs = times(base, k, "roofline_pct"), times(series, k, "roofline_pct")
         roof = f"{statistics.median(rb):.0f}% -> {statistics.median(rs):.0f}%" if rb and rs else "-"
         lines.append(
             [shape, dtype, m, spread(b), spread(s), spread(ratio, "{:.2f}x"), roof,

@@ -80,21 +80,15 @@ def load_tuner():
     return benchmark_moe
 
 
-def block_m_cap(m: int, topk: int, experts: int) -> int:
-    """The tallest tile upstream's ``prune_xpu_search_space`` keeps at M tokens: the rows one
-    expert receives, to a power of two, 16 at least (its rule, without Triton)."""
-    rows = (m * topk + experts - 1) // experts
-    return max(16, 1 << max(rows - 1, 0).bit_length())
-
-
-def search_space(space: list[dict], batches: list[int], topk: int, experts: int,
+def search_space(tuner, batches: list[int], topk: int, experts: int,
                  prune: bool = True) -> list[dict]:  # fmt: skip
-    """The configurations timed at every batch: the space, with ``prune`` only tiles that the
-    largest batch's cap keeps (one list for all batches: compiled once)."""
+    """The configurations timed at every batch: the tuner's CUDA space, with ``prune`` cut by
+    its own ``prune_xpu_search_space`` at the largest batch (one list for all batches: compiled
+    once)."""
+    space = tuner.get_configs_compute_bound(False, None)
     if not prune:
-        return list(space)
-    cap = block_m_cap(max(batches), topk, experts)
-    return [c for c in space if c["BLOCK_SIZE_M"] <= cap]
+        return space
+    return tuner.prune_xpu_search_space(max(batches), space, topk, experts)
 
 
 def layer_args(shape: str) -> dict:
@@ -217,9 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     from vseries import results
 
     experts, topk = shapes.MOE_SHAPES[a.shape][:2]
-    configs = search_space(
-        tuner.get_configs_compute_bound(False, None), a.batches, topk, experts, not a.no_prune
-    )
+    configs = search_space(tuner, a.batches, topk, experts, not a.no_prune)
     t0 = time.time()
     print(f"{len(configs)} configurations, batches {a.batches}", flush=True)
     if a.jobs > 0:

@@ -25,7 +25,11 @@ from pathlib import Path
 from benchmarks import moe_layer_report, plots, report_page
 from vseries import results
 
-spread = moe_layer_report.spread
+spread, times, per_turn = (
+    moe_layer_report.spread,
+    moe_layer_report.times,
+    moe_layer_report.per_turn,
+)
 
 
 def config_text(c: dict) -> str:
@@ -54,15 +58,6 @@ def tune_table(path: str) -> str:
     return results.markdown_table(head, lines)
 
 
-def _times(runs: list[dict], key: tuple) -> list[float]:
-    return [r[key]["us"] for r in runs if key in r]
-
-
-def _per_turn(num: list[dict], den: list[dict], key: tuple) -> list[float]:
-    return [a[key]["us"] / b[key]["us"] for a, b in zip(num, den, strict=False)
-            if key in a and key in b]  # fmt: skip
-
-
 def layer_table(base, tuned, series) -> tuple[str, list[dict]]:
     keys = sorted({k[:3] for run in series for k in run})
     head = ["shape", "scales", "M", "v0.34.0 us", "v0.34.0 tuned us", "series us",
@@ -71,15 +66,14 @@ def layer_table(base, tuned, series) -> tuple[str, list[dict]]:
     lines, points = [], []
     for shape, dtype, m in keys:
         k = (shape, dtype, m, "default")
-        rt = [r[k]["roofline_pct"] for r in tuned if k in r]
-        rs = [r[k]["roofline_pct"] for r in series if k in r]
+        rt, rs = times(tuned, k, "roofline_pct"), times(series, k, "roofline_pct")
         roof = f"{statistics.median(rt):.0f}% -> {statistics.median(rs):.0f}%" if rt and rs else "-"
         lines.append(
-            [shape, dtype, m, spread(_times(base, k)), spread(_times(tuned, k)),
-             spread(_times(series, k)), spread(_per_turn(base, tuned, k), "{:.2f}x"),
-             spread(_per_turn(tuned, series, k), "{:.2f}x"), roof]
+            [shape, dtype, m, spread(times(base, k)), spread(times(tuned, k)),
+             spread(times(series, k)), spread(per_turn(base, tuned, k), "{:.2f}x"),
+             spread(per_turn(tuned, series, k), "{:.2f}x"), roof]
         )  # fmt: skip
-        rb = [r[k]["roofline_pct"] for r in base if k in r]
+        rb = times(base, k, "roofline_pct")
         points.append({"shape": shape, "dtype": dtype, "m": m,
                        **{n: statistics.median(v) if v else None
                           for n, v in (("base", rb), ("tuned", rt), ("series", rs))}})  # fmt: skip

@@ -579,18 +579,22 @@ def test_tune_prunes_the_search_space_as_upstream_prunes_xpu():
     """tune_fused_moe times what upstream's own rule keeps (tiles no taller than the rows one
     expert receives), for every shape and batch: the decode-batch space of a 128-expert top-8
     layer is BLOCK_SIZE_M = 16, 384 of the 1920 CUDA configurations."""
+    from types import SimpleNamespace
+
     from benchmarks import tune_fused_moe as t
 
     up = _upstream_tuner_functions()
+    tuner = SimpleNamespace(**{k: up[k] for k in ("get_configs_compute_bound",
+                                                  "prune_xpu_search_space")})  # fmt: skip
     space = up["get_configs_compute_bound"](False, None)
     assert len(space) == 1920
     for experts, topk, _, _ in shapes.MOE_SHAPES.values():
         for batches in ([1], [1, 2, 3, 4], [1, 2, 3, 4, 8, 16], [64], [512]):
             want = up["prune_xpu_search_space"](max(batches), space, topk, experts)
-            assert t.search_space(space, batches, topk, experts) == want, (experts, batches)
-    qwen = t.search_space(space, list(t.BATCHES), 8, 128)
+            assert t.search_space(tuner, batches, topk, experts) == want, (experts, batches)
+    qwen = t.search_space(tuner, list(t.BATCHES), 8, 128)
     assert len(qwen) == 384 and {c["BLOCK_SIZE_M"] for c in qwen} == {16}
-    assert t.search_space(space, [1], 8, 128, prune=False) == space
+    assert t.search_space(tuner, [1], 8, 128, prune=False) == space
 
 
 def test_tune_refuses_a_tree_without_vllms_tuner(tmp_path):
