@@ -13,6 +13,7 @@ patch only, never on the base or on plain upstream, where they could not fail.
 
 import os
 import re
+import textwrap
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -228,11 +229,14 @@ def retired_prefix(r: retired.Record) -> str:
 def full_title(name: str, subject: str = "", prefix: str = "", renumbered: bool = False) -> str:
     """The line under a retired patch's row when ``label`` cut its Subject: the whole of it;
     ``renumbered`` (a patch dropped from the pin's own series, whose later patches moved up):
-    that its number is the one it had then, which today's series gives another patch."""
+    that its number is the one it had then, which today's series gives another patch. Wrapped
+    at 100 columns (a Subject can be a sentence long)."""
     if len(prefix + f"{name.split('-', 1)[0]} {subject}") <= 58 or not subject:
         return ""
     then = " (its number then; today's patch of that number is another)" if renumbered else ""
-    return f"    title:   {subject}{then}"
+    return textwrap.fill(
+        subject + then, 100, initial_indent="    title:   ", subsequent_indent=" " * 13
+    )
 
 
 def label(name: str, subject: str = "", prefix: str = "") -> str:

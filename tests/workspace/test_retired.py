@@ -144,3 +144,8 @@ def test_a_retired_row_cut_short_gets_its_whole_title():
     kept = contract.full_title("0004-Perf-Kernel-H200.patch", subject, "retired, was v0.21.0's ")
     assert kept == f"    title:   {subject}"
     assert contract.full_title("0002-Kernel-b.patch", "[Kernel] b", prefix) == ""
+    # a Subject a sentence long is wrapped, every word kept
+    long = "[Perf][Kernel] " + " ".join(f"word{i}" for i in range(60))
+    lines = contract.full_title("0001-Perf-Kernel-x.patch", long, prefix).split("\n")
+    assert len(lines) > 1 and all(len(x) <= 100 for x in lines)
+    assert " ".join(" ".join(lines).split()) == f"title: {long}"
