@@ -205,15 +205,20 @@ def _test_path(tree: Path) -> str:
 
 
 def run_tests(wt: Path, tests: list[str], checks: Checks) -> None:
-    """pytest the patch's test files in the worktree (its vllm on PYTHONPATH, no CUDA) and
-    sort each test into passed / failed / needs CUDA / skipped on checks."""
+    """pytest the patch's test files in the worktree (its vllm on PYTHONPATH, no CUDA), one
+    pytest call per file (a file that cannot be collected without CUDA would stop the others),
+    and sort each test into passed / failed / needs CUDA / skipped on checks."""
     checks.tests = tests
-    if not tests:
-        return
     env = {
         "CUDA_VISIBLE_DEVICES": "",
         "PYTHONPATH": os.pathsep.join(x for x in (str(wt), _test_path(wt)) if x),
     }
+    for t in tests:
+        _run_file(wt, t, env, checks)
+
+
+def _run_file(wt: Path, test: str, env: dict, checks: Checks) -> None:
+    tests = [test]
     r = pytestrun.run(tests, cwd=wt, env=env, timeout=TEST_TIMEOUT, safe_path=False)
     if r.code == 124:
         checks.problems.append(f"tests ran past {TEST_TIMEOUT} s: {' '.join(tests)}")
