@@ -218,10 +218,10 @@ def run_tests(wt: Path, tests: list[str], checks: Checks) -> None:
 
 
 def _run_file(wt: Path, test: str, env: dict, checks: Checks) -> None:
-    tests = [test]
-    r = pytestrun.run(tests, cwd=wt, env=env, timeout=TEST_TIMEOUT, safe_path=False)
+    """One test file's pytest call, its cases sorted on checks."""
+    r = pytestrun.run([test], cwd=wt, env=env, timeout=TEST_TIMEOUT, safe_path=False)
     if r.code == 124:
-        checks.problems.append(f"tests ran past {TEST_TIMEOUT} s: {' '.join(tests)}")
+        checks.problems.append(f"tests ran past {TEST_TIMEOUT} s: {test}")
         return
     if not r.reported:
         checks.problems.append(
@@ -244,7 +244,7 @@ def _run_file(wt: Path, test: str, env: dict, checks: Checks) -> None:
         else:
             checks.passed.append(c.node)
     if r.code == 5:
-        checks.problems.append(f"pytest collected no test from {' '.join(tests)}")
+        checks.problems.append(f"pytest collected no test from {test}")
 
 
 def check(
