@@ -1288,6 +1288,34 @@ def test_body_reads_the_harness_result_files(tiny):
     assert "- qwen3-30b-a3b fp8 4 series: RuntimeError: oom" in body
 
 
+def test_cases_that_error_without_an_accelerator_read_as_such_not_as_gpu_tests():
+    """A case that errored on the CPU host (a fixture that needs an accelerator) is named with
+    pytest's message, not listed "to run on a Hopper GPU"; a file that cannot be collected
+    without CUDA says so, not which module failed (0003's review)."""
+    a, b = "tests/kernels/test_a.py", "tests/kernels/test_b.py"
+    setup = 'failed on setup with "RuntimeError: Cannot access accelerator device"'
+    c = Checks(
+        tests=[a, b],
+        passed=[f"{a}::test_interp"],
+        needs_cuda=[f"{a}::test_gpu[1]", f"{a}::test_registers", f"{b}::tests.kernels.test_b"],
+        cuda_errors={
+            f"{a}::test_registers": setup,
+            f"{b}::tests.kernels.test_b": "collection failure",
+        },
+    )
+    info = SimpleNamespace(tests=[a, b])
+    md = prbody.checks_md(info, c)
+    line_a = next(x for x in md.splitlines() if f"`pytest {a}`" in x)
+    assert "not run: needs CUDA, 1 cases: `test_gpu`" in line_a
+    assert f"`test_registers` {setup} (no accelerator here)" in line_a
+    assert "`test_registers` (to run" not in line_a and "test_registers`, " not in line_a
+    line_b = next(x for x in md.splitlines() if f"`pytest {b}`" in x)
+    assert "not run on a CPU-only host" in line_b and "cannot be collected without CUDA" in line_b
+    assert "tests.kernels.test_b" not in line_b
+    again = Checks.from_json(c.to_json())
+    assert again.cuda_errors == c.cuda_errors
+
+
 @pytest.mark.parametrize(
     "message",
     [

@@ -98,7 +98,9 @@ class Checks:
     """What the PR tool checked on a branch; rendered into the Test Result section.
 
     ``hooks`` holds [hook id, verdict] in pre-commit's words (Passed, Failed, Skipped);
-    ``needs_cuda`` and ``skipped`` hold pytest node ids (skipped: [id, reason]).
+    ``needs_cuda`` and ``skipped`` hold pytest node ids (skipped: [id, reason]);
+    ``cuda_errors`` maps those of ``needs_cuda`` that pytest reports as errors, outside the
+    test's own body (a file not collected, a fixture that needs an accelerator), to its message.
     """
 
     host: str = 'CPU-only host (CUDA_VISIBLE_DEVICES="")'
@@ -109,6 +111,7 @@ class Checks:
     passed: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     needs_cuda: list[str] = field(default_factory=list)
+    cuda_errors: dict[str, str] = field(default_factory=dict)
     skipped: list[list[str]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     ran_hooks: bool = True
@@ -232,6 +235,8 @@ def _run_file(wt: Path, test: str, env: dict, checks: Checks) -> None:
         if c.kind in ("failure", "error"):
             if CUDA_ABSENT.search(f"{c.message}\n{c.text}"):
                 checks.needs_cuda.append(c.node)
+                if c.kind == "error":  # not collected, or a fixture's set-up or clean-up
+                    checks.cuda_errors[c.node] = c.message
             else:
                 checks.failed.append(c.node)
                 checks.problems.append(f"test {c.node} fails: {c.message[:300]}")
