@@ -88,9 +88,12 @@ def _count_by_test(ids: list[str]) -> str:
     return ", ".join(f"`{k}`" + (f" ({n} cases)" if n > 1 else "") for k, n in counts.items())
 
 
-def _errored(node: str, message: str) -> str:
-    """A case that errored without an accelerator, in pytest's words."""
-    return f"`{node.split('::')[-1]}` {message} (no accelerator here)"
+def _errored(c: Checks, nodes: list[str]) -> list[str]:
+    """Cases that errored outside their body without an accelerator, in pytest's words."""
+    said = [(i.split("::")[-1], c.cuda_errors[i]) for i in nodes]
+    return [f"`{n}` {m} (no accelerator here)" for n, m in said if m != "collection failure"] + [
+        "cannot be collected without CUDA" for _, m in said if m == "collection failure"
+    ]
 
 
 def checks_md(info: PatchInfo, c: Checks, shown: str = "") -> str:
@@ -103,18 +106,12 @@ def checks_md(info: PatchInfo, c: Checks, shown: str = "") -> str:
         n_ok = sum(i.startswith(t + "::") for i in c.passed)
         n_bad = sum(i.startswith(t + "::") for i in c.failed)
         gpu = [i for i in c.needs_cuda if i.startswith(t + "::")]
-        # errored without an accelerator (not collected, a fixture needing one), not skipped
-        errs = [i for i in gpu if i in c.cuda_errors]
+        errs = _errored(c, [i for i in gpu if i in c.cuda_errors])
         gpu = [i for i in gpu if i not in c.cuda_errors]
-        uncollected = [i for i in errs if c.cuda_errors[i] == "collection failure"]
-        errs = [i for i in errs if i not in uncollected]
         parts = [f"{n_ok} passed"] + ([f"{n_bad} failed"] if n_bad else [])
         if not (n_ok or n_bad or sk):
             # nothing ran without a GPU: say so, not "0 passed"
-            whys = (["cannot be collected without CUDA"] if uncollected else []) + (
-                [f"needs CUDA ({_count_by_test(gpu)})"] if gpu else []
-            )
-            whys += [_errored(i, c.cuda_errors[i]) for i in errs]
+            whys = errs + ([f"needs CUDA ({_count_by_test(gpu)})"] if gpu else [])
             why = "; ".join(whys) or "collected no test"
             where = "; its GPU run is shown above" if t in shown else ""
             out.append(f"- `pytest {t}`: not run on a {c.host}, {why}{where}")
@@ -125,8 +122,7 @@ def checks_md(info: PatchInfo, c: Checks, shown: str = "") -> str:
                 f"; not run: needs CUDA, {len(gpu)} cases: {_count_by_test(gpu)} "
                 "(to run on a Hopper GPU)"
             )
-        for i in errs:
-            line += "; " + _errored(i, c.cuda_errors[i])
+        line += "".join(f"; {e}" for e in errs)
         for node, reason in sk:
             line += f"; skipped `{node.split('::')[-1]}`: {reason}"
         out.append(line)
