@@ -83,7 +83,7 @@ def layer_table(base, tuned, series) -> tuple[str, list[dict]]:
 def plot(points: list[dict], out: Path, gpu: str) -> None:
     arms = [("base", "v0.34.0", "grey"), ("tuned", "tuned", "tab:orange"),
             ("series", "series", "tab:blue")]  # fmt: skip
-    title = f"Per-tensor FP8 MoE layer, {gpu}: TRITON untuned, tuned, and 0003"
+    title = f"Per-tensor FP8 MoE layer, {gpu}:\nTRITON untuned, tuned, and 0003"
     plots.roofline_by_shape(points, arms, out, title)
 
 
@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     text, points = layer_table(base, tuned, series)
     head = report_page.series_header(a)
     intro = report_page.ran(
-        f"{len(base)} runs each of v0.34.0, v0.34.0 with the tuned file and the series, in turns",
+        f"{len(base)} run{'s' if len(base) != 1 else ''} each of v0.34.0, v0.34.0 with the "
+        "tuned file and the series, in turns",
         head, clocks=True,
     ) + (
         " vLLM's tuner first (`benchmarks/kernels/benchmark_moe.py`'s `benchmark_config`, "

@@ -53,6 +53,7 @@
 #          TUNE_SHAPE (default qwen3-30b-a3b) at TUNE_BATCHES; tree `tuned` = the base with the
 #          config file it wrote; then the layer (bench_moe_layer.py) on base, tuned and series in
 #          turns (ROUNDS, default 1; a later call runs only these); waves 27, 28 serve tree tuned
+#          (a triple each; 29-34 the same as pairs, for an H100, where a triple does not fit)
 #   kbench 0003's layer benchmark in vLLM's benchmarks/kernels/ (the command its PR shows), on
 #          its branch alone where staged (pr0003), KBENCH_RUNS times (default 3); KBENCH_MODELS
 #          picks the shapes, KBENCH_TUNED=1 gives its triton arm the tune phase's config file
@@ -342,7 +343,8 @@ PY
       done
       ;;
     served)
-      install_wheel
+      # the wheel's processes (ws*, Lws*) need part w1; a round staged without it serves trees
+      if [ -d /root/stage/w1 ]; then install_wheel; else echo "served: no part w1, no wheel processes"; fi
       # shellcheck source=benchmarks/h200/served.sh
       . benchmarks/h200/served.sh
       # the series' processes ask for its decode backend (D), except the sa* ones (its auto)
@@ -353,7 +355,7 @@ PY
       esac
       # waves 27 and 28 serve the tune phase's tree (its config file from an earlier call)
       case " ${WAVES:-} " in
-        *" 27 "* | *" 28 "*) [ -d "$(tree_dir tuned)" ] || make_tuned || echo "!!! no tree tuned: run PHASES=tune first" ;;
+        *" 27 "* | *" 28 "* | *" 29 "* | *" 30 "* | *" 31 "* | *" 32 "* | *" 33 "* | *" 34 "*) [ -d "$(tree_dir tuned)" ] || make_tuned || echo "!!! no tree tuned: run PHASES=tune first" ;;
       esac
       for w in ${WAVES:-1 2 3 4 5}; do
         case $w in
@@ -416,6 +418,13 @@ PY
             Ttt1:tuned:fp8static::triton:48 ;;
           28) served_wave 28 330 Ttt2:tuned:fp8static::triton:48 Tss2:series:fp8static::$D:48 \
             Tbt2:base:fp8static::triton:48 ;;
+          # the same on a GPU where a triple does not fit (an H100): a pair each, tuned first
+          29) served_wave 29 330 Ttt3:tuned:fp8static::triton:48 Tss3:series:fp8static::$D:48 ;;
+          30) served_wave 30 330 Tss4:series:fp8static::$D:48 Tbt3:base:fp8static::triton:48 ;;
+          31) served_wave 31 330 Tss5:series:fp8static::$D:48 Ttt4:tuned:fp8static::triton:48 ;;
+          32) served_wave 32 330 Tbt4:base:fp8static::triton:48 Tss6:series:fp8static::$D:48 ;;
+          33) served_wave 33 330 Ttt5:tuned:fp8static::triton:48 Tss7:series:fp8static::$D:48 ;;
+          34) served_wave 34 330 Tss8:series:fp8static::$D:48 Tbt5:base:fp8static::triton:48 ;;
           # DeepSeek-V3 TP8's MoE layer served in a one-rank stand-in (benchmarks/shapes.py
           # says what it leaves out), 16 layers, about 27 GiB an engine: a pair fits an H100.
           # v0.34.0's default against the decode backend (19 static, 21 dynamic) and against

@@ -20,7 +20,10 @@ def layer_variant(arm: str, flavour: str) -> tuple[str, str] | None:
     """The layer-table (tree, variant) that a served arm's MoE experts run (None: not in
     the layer table): v0.34.0's default is FLASHINFER_CUTLASS with static scales and TRITON
     with dynamic ones; the series' ``auto`` is TRITON with its configs (``general``); its
-    decode backend is the layer table's ``default`` of the series tree."""
+    decode backend is the layer table's ``default`` of the series tree; TRITON asked for on
+    v0.34.0, untuned or with the tune phase's file (tree ``tuned``), that tree's ``default``."""
+    if arm in ("base --moe-backend triton", "tuned --moe-backend triton"):
+        return (arm.split()[0], "default")
     if arm == "base":
         return ("base", "flashinfer" if flavour == "fp8static" else "default")
     if arm == "series":
@@ -39,10 +42,13 @@ def layer_us(layer_rows: list[dict], shape: str) -> dict:
     return {k: statistics.median(v) for k, v in runs.items()}
 
 
-def predicted_us(layer: dict, layers: int, flavour: str, arm: str, batch: str) -> float | None:
-    """layers x (the base's layer time - the arm's) at M = batch, from the layer table's rows
-    of the variants each side's experts run (None: a side has no row)."""
-    kb = layer.get((*layer_variant("base", flavour), SCALE[flavour], int(batch)))
+def predicted_us(
+    layer: dict, layers: int, flavour: str, arm: str, batch: str, ref: str = "base"
+) -> float | None:
+    """layers x (the reference arm's layer time - the arm's) at M = batch, from the layer
+    table's rows of the variants each side's experts run (None: a side has no row)."""
+    lr = layer_variant(ref, flavour)
+    kb = layer.get((*lr, SCALE[flavour], int(batch))) if lr else None
     lv = layer_variant(arm, flavour)
     ks = layer.get((*lv, SCALE[flavour], int(batch))) if lv else None
     return layers * (kb - ks) if kb is not None and ks is not None else None

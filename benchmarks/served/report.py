@@ -7,9 +7,11 @@ trees' medians, their ratio, and the saving the layer table predicts.
 A record is one engine process (``benchmarks.served.engine``). Per process and batch size:
 the median of its repetitions (and their range). Per arm (a tree, and the ``--moe-backend``
 asked for, if any): the median of its processes' medians and the range of those medians
-(processes differ; none is averaged away). Each series arm is held to v0.34.0's default: the
-series as it is (``auto``) and with its decode backend asked for (``--moe-backend
-triton_fp8_decode``). The prediction: layers x (the base's layer time - the arm's layer
+(processes differ; none is averaged away). Each series arm is held to v0.34.0's default (or
+to each arm ``--against`` names, a table each: v0.34.0 with TRITON asked for, untuned or with
+a tuned configuration file): the series as it is (``auto``) and with its decode backend asked
+for (``--moe-backend triton_fp8_decode``). The prediction: layers x (the reference's layer
+time - the arm's layer
 time) at M = batch size, from the layer benchmark's rows (``bench_moe_layer``, the variant
 each arm's MoE experts run: ``layer_variant``), shape ``--shape``. Where a record's round
 folder (``<round>/served/<name>.json``) also holds ``moe_layer-*.json`` (the layer phase run
@@ -22,10 +24,10 @@ import argparse
 import gzip
 import json
 import re
-import statistics
 import sys
 from pathlib import Path
 
+from benchmarks.served.arms import BASE, arm_of, first_difference, med, medians, ref_name, spread
 from benchmarks.served.predict import (
     beside_layers,
     layer_us,
@@ -34,53 +36,14 @@ from benchmarks.served.predict import (
 from vseries import results
 
 
-def med(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def tree_of(rec: dict) -> str:
-    """The tree a process measured: the patched wheel is the series."""
-    return "series" if rec.get("tree") == "wheel" else rec.get("tree", "?")
-
-
-def arm_of(rec: dict) -> str:
-    """What a process measured: its tree, and the MoE backend when one was asked for
-    (``--moe-backend``): v0.34.0 with TRITON asked for is an arm of its own, never pooled with
-    v0.34.0's default."""
-    asked = rec.get("moe_backend") or "auto"
-    return tree_of(rec) if asked == "auto" else f"{tree_of(rec)} --moe-backend {asked}"
-
-
-def medians(recs: list[dict], flavour: str, batch: str, arm: str) -> list[float]:
-    """Each process's median TPOT of one arm at one flavour and batch size."""
-    meds = [
-        med(r["tpot_ms"].get(batch, []))
-        for r in recs
-        if "error" not in r and r["flavour"] == flavour and arm_of(r) == arm
-    ]
-    return [m for m in meds if m is not None]
-
-
-def spread(ms: list[float]) -> str:
-    return f"{med(ms):.3f} ({min(ms):.3f}-{max(ms):.3f}), n={len(ms)}"
-
-
-def process_rows(recs: list[dict], batches: list[str]) -> list[list[str]]:
+def process_rows(recs: list[dict], batches: list[str], ref: str = BASE) -> list[list[str]]:
     # Dummy weights give near-flat logits: a near-tie can take either greedy token in two
     # processes of one tree. A process's continuation counts as equal when it is that
     # prompt's continuation in another base process of the flavour (v0.34.0's own run-to-run
     # forms); a difference is shown against the first base process.
     bases: dict[str, list[dict]] = {}
     for r in recs:
-        if arm_of(r) == "base" and "tokens" in r:
+        if arm_of(r) == ref and "tokens" in r:
             bases.setdefault(r["flavour"], []).append(r)
     rows = []
     for r in recs:
@@ -125,22 +88,25 @@ def wave_of(rec: dict, waves: dict[str, str]) -> str | None:
     return rec.get("wave_id") or waves.get(rec.get("name", ""))
 
 
-def per_wave(recs: list[dict], flavour: str, batch: str, arm: str, waves: dict) -> str:
-    """v0.34.0's default against ``arm`` inside each wave (processes started together): the
-    ratio of the medians of the wave's processes, and how many of each side it holds."""
+def per_wave(
+    recs: list[dict], flavour: str, batch: str, arm: str, waves: dict, ref: str = BASE
+) -> str:
+    """The reference arm (v0.34.0's default) against ``arm`` inside each wave (processes
+    started together): the ratio of the medians of the wave's processes, and how many of each
+    side it holds."""
     cells = []
     for w in sorted({wave_of(r, waves) for r in recs} - {None}):
         here = [r for r in recs if wave_of(r, waves) == w]
-        base, other = medians(here, flavour, batch, "base"), medians(here, flavour, batch, arm)
+        base, other = medians(here, flavour, batch, ref), medians(here, flavour, batch, arm)
         if base and other:
             cells.append(f"{w}: {med(base) / med(other):.3f}x ({len(base)} v {len(other)})")
     return ", ".join(cells) or "-"
 
 
 def summary(
-    recs: list[dict], batches: list[str], layer: dict, waves: dict | None = None
+    recs: list[dict], batches: list[str], layer: dict, waves: dict | None = None, ref: str = BASE
 ) -> list[list[str]]:
-    """Per flavour, series arm and batch size: v0.34.0's default against the arm."""
+    """Per flavour, series arm and batch size: the reference arm against the arm."""
     rows = []
     ok = [r for r in recs if "error" not in r]
     flavours = sorted({r["flavour"] for r in ok})
@@ -148,12 +114,12 @@ def summary(
     for fl in flavours:
         for arm in arms:
             for b in batches:
-                base, ser = medians(recs, fl, b, "base"), medians(recs, fl, b, arm)
+                base, ser = medians(recs, fl, b, ref), medians(recs, fl, b, arm)
                 if not base or not ser:
                     continue
                 mb, ms = med(base), med(ser)
                 layers = next(r["layers"] for r in ok if r["flavour"] == fl)
-                pred_us = predicted_us(layer, layers, fl, arm, b)
+                pred_us = predicted_us(layer, layers, fl, arm, b, ref)
                 pred = None if pred_us is None else pred_us / 1e3
                 saved = mb - ms
                 wins = sum(m < min(base) for m in ser)
@@ -161,7 +127,7 @@ def summary(
                     [fl, b, spread(base), arm, spread(ser), f"{mb / ms:.3f}x", f"{saved:.3f}",
                      "-" if pred is None else f"{pred:.3f}",
                      "-" if not pred else f"{100 * saved / pred:.0f}%",
-                     f"{wins} of {len(ser)}", per_wave(recs, fl, b, arm, waves or {})]
+                     f"{wins} of {len(ser)}", per_wave(recs, fl, b, arm, waves or {}, ref)]
                 )  # fmt: skip
     return rows
 
@@ -268,7 +234,7 @@ def graph_saving_rows(recs: list[dict], batches: list[str], layer: dict) -> list
 
 
 def same_machine_rows(
-    recs: list[dict], batches: list[str], beside: dict, waves: dict
+    recs: list[dict], batches: list[str], beside: dict, waves: dict, ref: str = BASE
 ) -> list[list[str]]:
     """Per wave whose round holds its own layer table: v0.34.0's default against each series
     arm inside the wave, and the saving that machine's layer table predicts."""
@@ -283,8 +249,8 @@ def same_machine_rows(
         for fl in sorted({r["flavour"] for r in here}):
             for arm in arms:
                 for b in batches:
-                    base, ser = medians(here, fl, b, "base"), medians(here, fl, b, arm)
-                    pred = predicted_us(beside[d], here[0]["layers"], fl, arm, b)
+                    base, ser = medians(here, fl, b, ref), medians(here, fl, b, arm)
+                    pred = predicted_us(beside[d], here[0]["layers"], fl, arm, b, ref)
                     if not base or not ser or pred is None:
                         continue
                     saved = med(base) - med(ser)
@@ -296,8 +262,36 @@ def same_machine_rows(
     return rows
 
 
+def comparison(
+    recs: list[dict], batches: list[str], layer: dict, beside: dict, waves: dict | None, ref: str
+) -> str:
+    """Every series arm held to the reference arm ``ref``: over all processes, then inside
+    each wave whose round holds its own layer table."""
+    n, d = ref_name(ref), ("default" if ref == BASE else "reference")
+    table = results.markdown_table(
+        ["flavour", "batch", f"{n} TPOT ms (range of processes)", "series arm",
+         "its TPOT ms", f"{d} / it", "saved ms", "predicted ms (layers x layer saving)",
+         "saved / predicted", f"its processes faster than every {d} one",
+         f"{d} / it inside each wave (processes of each)"],
+        summary(recs, batches, layer, waves, ref),
+    )  # fmt: skip
+    sm = same_machine_rows(recs, batches, beside, waves or {}, ref) if beside else []
+    if sm:
+        table += "\n\n" + results.markdown_table(
+            ["round", "wave", "flavour", "batch", "series arm", f"{d} TPOT ms",
+             "its TPOT ms", "saved ms", "predicted ms (that machine's layer table)",
+             "saved / predicted"],
+            sm,
+        )  # fmt: skip
+    return table
+
+
 def build(
-    paths: list[Path], layer_paths: list[Path], shape: str, waves: dict | None = None
+    paths: list[Path],
+    layer_paths: list[Path],
+    shape: str,
+    waves: dict | None = None,
+    refs: tuple[str, ...] = (BASE,),
 ) -> tuple[str, list[dict]]:
     recs, layer_rows = read_inputs(paths, layer_paths, shape)
     batches = sorted({b for r in recs for b in r.get("tpot_ms", {})}, key=int)
@@ -306,25 +300,10 @@ def build(
     table1 = results.markdown_table(
         ["process", "tree", "MoE backend", "start-up s"]
         + [f"TPOT ms, batch {b}: median (range)" for b in batches]
-        + ["greedy continuations equal to a base process's"],
-        process_rows(recs, batches),
+        + [f"greedy continuations equal to a {'base' if refs[0] == BASE else refs[0]} process's"],
+        process_rows(recs, batches, refs[0]),
     )
-    table2 = results.markdown_table(
-        ["flavour", "batch", "v0.34.0 default TPOT ms (range of processes)", "series arm",
-         "its TPOT ms", "default / it", "saved ms", "predicted ms (layers x layer saving)",
-         "saved / predicted", "its processes faster than every default one",
-         "default / it inside each wave (processes of each)"],
-        summary(recs, batches, layer, waves),
-    )  # fmt: skip
-    if beside:
-        sm = same_machine_rows(recs, batches, beside, waves or {})
-        if sm:
-            table2 += "\n\n" + results.markdown_table(
-                ["round", "wave", "flavour", "batch", "series arm", "default TPOT ms",
-                 "its TPOT ms", "saved ms", "predicted ms (that machine's layer table)",
-                 "saved / predicted"],
-                sm,
-            )  # fmt: skip
+    table2 = "\n\n".join(comparison(recs, batches, layer, beside, waves, r) for r in refs)
     br = backend_rows(recs, batches)
     if br:
         table2 += "\n\n" + results.markdown_table(
@@ -419,6 +398,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--md", type=Path)
     ap.add_argument("--json", type=Path)
     ap.add_argument(
+        "--against",
+        nargs="+",
+        default=[BASE],
+        metavar="ARM",
+        help="the arms each series arm is held to, a table each (default: v0.34.0's own "
+        "choice, 'base'); e.g. 'base --moe-backend triton' 'tuned --moe-backend triton'",
+    )
+    ap.add_argument(
         "--waves-log", type=Path, help="moved.sh's log: each process's wave (older records)"
     )
     a = ap.parse_args(argv)
@@ -431,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
             (gzip.decompress(raw) if a.waves_log.suffix == ".gz" else raw).decode(errors="replace")
         )
     try:
-        text, slim = build(a.records, a.layer, a.shape, waves)
+        text, slim = build(a.records, a.layer, a.shape, waves, tuple(a.against))
     except ValueError as e:  # read_inputs: a file or selector it cannot use, before any write
         ap.error(str(e))
     print(text)

@@ -417,6 +417,47 @@ def test_a_backend_asked_for_on_the_base_is_an_arm_of_its_own(tmp_path):
     assert "| 0.917x | 0 of 2 |" in row
 
 
+def test_against_holds_the_series_to_triton_untuned_and_tuned(tmp_path):
+    """0003 against TRITON asked for on v0.34.0, untuned and with a tuned configuration file
+    (tree ``tuned``): a table per reference arm, pairs per wave, the prediction from each
+    reference's own layer rows, and the continuations held to the first reference's."""
+    toks = [[1, 2, 3]]
+    tri, dec = {"moe_backend": "triton"}, {"moe_backend": "triton_fp8_decode"}
+    paths = [
+        _record(tmp_path, "t1", "tuned", "fp8static", [3.57], toks, layers=48, **tri),
+        _record(tmp_path, "s1", "series", "fp8static", [3.39], toks, layers=48, **dec),
+        _record(tmp_path, "s2", "series", "fp8static", [3.40], [[1, 9, 3]], layers=48, **dec),
+        _record(tmp_path, "b2", "base", "fp8static", [3.59], toks, layers=48, **tri),
+    ]
+    for p, w in zip(paths, ("29", "29", "30", "30"), strict=True):
+        p.write_text(json.dumps({**json.loads(p.read_text()), "wave_id": w}))
+    rows = {"base": 27.9, "tuned": 27.8, "series": 22.3}
+    layers = []
+    for tree, us in rows.items():
+        f = tmp_path / f"moe_layer-t-{tree}.json"
+        row = {"bench": "moe_layer", "shape": "qwen3-30b-a3b", "dtype": "static", "m": 1,
+               "variant": "default", "us": us}  # fmt: skip
+        f.write_text(json.dumps({"header": {"variant": tree}, "rows": [row]}))
+        layers.append(f)
+    refs = ("tuned --moe-backend triton", "base --moe-backend triton")
+    text = report.build(paths, layers, "qwen3-30b-a3b", None, refs)[0]
+    lines = text.splitlines()
+    assert "| greedy continuations equal to a tuned --moe-backend triton process's |" in text
+    assert next(ln for ln in lines if ln.startswith("| s2 |")).endswith("| 0/1 (first at [1]) |")
+    tuned, base = (
+        next(ln for ln in lines if ln.startswith("| fp8static | 1 | ") and ln.count(r) == 1)
+        for r in ("| 3.570 (3.570-3.570), n=1 |", "| 3.590 (3.590-3.590), n=1 |")
+    )
+    # tuned: 3.570 / median(3.39, 3.40) = 1.052x; 48 x (27.8 - 22.3) us = 0.264 ms predicted;
+    # only wave 29 holds the tuned process
+    assert "| 1.052x | 0.175 | 0.264 | 66% | 2 of 2 | 29: 1.053x (1 v 1) |" in tuned
+    # untuned: 3.590 / 3.395 = 1.057x; 48 x (27.9 - 22.3) us = 0.269 ms
+    assert "| 1.057x | 0.195 | 0.269 | 73% | 2 of 2 | 30: 1.056x (1 v 1) |" in base
+    assert text.index("tuned --moe-backend triton TPOT ms") < text.index(
+        "base --moe-backend triton TPOT ms"
+    )
+
+
 def test_report_compares_the_arms_inside_each_wave(tmp_path):
     """Processes started together (one wave) share the host's conditions; waves do not (on the
     H200, 2026-12-05, a second wave ran batch 1 about 0.3 ms slower in every arm). The report
