@@ -513,6 +513,7 @@ def test_layer_reports_write_their_page_and_plot(script, tmp_path):
                        f"--series {tmp_path / 'series.json'} --out {out}`\n")  # fmt: skip
 
 
+@pytest.mark.slow  # imports vLLM's FP8 oracle: 6 s of CPU on a loaded 2-core host
 def test_layer_benchmark_names_its_classes_in_the_series_tree():
     """bench_moe_layer's header names the experts classes it can time, from ``candidates``'
     (class, backend) pairs: the series' decode backend's classes, then TRITON's. On the H200
