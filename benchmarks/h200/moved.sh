@@ -353,9 +353,9 @@ PY
       case " ${WAVES:-} " in
         *" 25 "* | *" 26 "*) tree_with_patch base "$Q" <"$QUANT_CAND" ;;
       esac
-      # waves 27 and 28 serve the tune phase's tree (its config file from an earlier call)
+      # waves 27 to 34 serve the tune phase's tree (its config file from an earlier call)
       case " ${WAVES:-} " in
-        *" 27 "* | *" 28 "* | *" 29 "* | *" 30 "* | *" 31 "* | *" 32 "* | *" 33 "* | *" 34 "*) [ -d "$(tree_dir tuned)" ] || make_tuned || echo "!!! no tree tuned: run PHASES=tune first" ;;
+        *" 2"[789]" "* | *" 3"[0-4]" "*) [ -d "$(tree_dir tuned)" ] || make_tuned || echo "!!! no tree tuned: run PHASES=tune first" ;;
       esac
       for w in ${WAVES:-1 2 3 4 5}; do
         case $w in
