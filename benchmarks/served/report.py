@@ -11,11 +11,11 @@ asked for, if any): the median of its processes' medians and the range of those 
 to each arm ``--against`` names, a table each: v0.34.0 with TRITON asked for, untuned or with
 a tuned configuration file): the series as it is (``auto``) and with its decode backend asked
 for (``--moe-backend triton_fp8_decode``). The prediction: layers x (the reference's layer
-time - the arm's layer
-time) at M = batch size, from the layer benchmark's rows (``bench_moe_layer``, the variant
-each arm's MoE experts run: ``layer_variant``), shape ``--shape``. Where a record's round
-folder (``<round>/served/<name>.json``) also holds ``moe_layer-*.json`` (the layer phase run
-on the same machine), each of its waves is also held to that machine's prediction.
+time - the arm's layer time) at M = batch size, from the layer benchmark's rows
+(``bench_moe_layer``, the variant each arm's MoE experts run: ``layer_variant``), shape
+``--shape``. Where a record's round folder (``<round>/served/<name>.json``) also holds
+``moe_layer-*.json`` (the layer phase run on the same machine), each of its waves is also held
+to that machine's prediction.
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ from vseries import results
 def process_rows(recs: list[dict], batches: list[str], ref: str = BASE) -> list[list[str]]:
     # Dummy weights give near-flat logits: a near-tie can take either greedy token in two
     # processes of one tree. A process's continuation counts as equal when it is that
-    # prompt's continuation in another base process of the flavour (v0.34.0's own run-to-run
-    # forms); a difference is shown against the first base process.
+    # prompt's continuation in another process of the reference arm (v0.34.0's default unless
+    # --against names another) of the flavour (its own run-to-run forms); a difference is
+    # shown against the first such process.
     bases: dict[str, list[dict]] = {}
     for r in recs:
         if arm_of(r) == ref and "tokens" in r:
@@ -236,8 +237,9 @@ def graph_saving_rows(recs: list[dict], batches: list[str], layer: dict) -> list
 def same_machine_rows(
     recs: list[dict], batches: list[str], beside: dict, waves: dict, ref: str = BASE
 ) -> list[list[str]]:
-    """Per wave whose round holds its own layer table: v0.34.0's default against each series
-    arm inside the wave, and the saving that machine's layer table predicts."""
+    """Per wave whose round holds its own layer table: the reference arm (v0.34.0's default)
+    against each series arm inside the wave, and the saving that machine's layer table
+    predicts."""
     rows = []
     by_wave: dict = {}
     for r in recs:
