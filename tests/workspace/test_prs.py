@@ -1297,10 +1297,16 @@ def test_cases_that_error_without_an_accelerator_read_as_such_not_as_gpu_tests()
     c = Checks(
         tests=[a, b],
         passed=[f"{a}::test_interp"],
-        needs_cuda=[f"{a}::test_gpu[1]", f"{a}::test_registers", f"{b}::tests.kernels.test_b"],
+        needs_cuda=[
+            f"{a}::test_gpu[1]",
+            f"{a}::test_registers",
+            f"{b}::tests.kernels.test_b",
+            f"{b}::tests.kernels.test_b.conftest",
+        ],
         cuda_errors={
             f"{a}::test_registers": setup,
             f"{b}::tests.kernels.test_b": "collection failure",
+            f"{b}::tests.kernels.test_b.conftest": "collection failure",
         },
     )
     info = SimpleNamespace(tests=[a, b])
@@ -1312,6 +1318,7 @@ def test_cases_that_error_without_an_accelerator_read_as_such_not_as_gpu_tests()
     line_b = next(x for x in md.splitlines() if f"`pytest {b}`" in x)
     assert "not run on a CPU-only host" in line_b and "cannot be collected without CUDA" in line_b
     assert "tests.kernels.test_b" not in line_b
+    assert line_b.count("cannot be collected") == 1  # once per file, however many nodes
     again = Checks.from_json(c.to_json())
     assert again.cuda_errors == c.cuda_errors
 

@@ -91,8 +91,9 @@ def _count_by_test(ids: list[str]) -> str:
 def _errored(c: Checks, nodes: list[str]) -> list[str]:
     """Cases that errored outside their body without an accelerator, in pytest's words."""
     said = [(i.split("::")[-1], c.cuda_errors[i]) for i in nodes]
-    return [f"`{n}` {m} (no accelerator here)" for n, m in said if m != "collection failure"] + [
-        "cannot be collected without CUDA" for _, m in said if m == "collection failure"
+    uncollected = any(m == "collection failure" for _, m in said)  # said once per file
+    return (["cannot be collected without CUDA"] if uncollected else []) + [
+        f"`{n}` {m} (no accelerator here)" for n, m in said if m != "collection failure"
     ]
 
 
