@@ -33,7 +33,8 @@
 #          each; 17, 18: three each, for an H200; 19 to 21: DeepSeek-V3 TP8's MoE in a
 #          one-rank stand-in, a pair each; 22, 23: 48-layer dynamic pairs; 24: one more, traced,
 #          its trace files kept; 25, 26: the quant phase's candidate against v0.34.0,
-#          48-layer dynamic triples, TRITON on both sides; 27, 28: 0003 against TRITON untuned
+#          48-layer dynamic triples, TRITON on both sides (35-38 the same as pairs, for an
+#          H100); 27, 28: 0003 against TRITON untuned
 #          and tuned (the tune phase's tree), static triples); the series'
 #          processes ask for its decode backend (--moe-backend triton_fp8_decode) but sa*
 #          (its auto)
@@ -349,9 +350,9 @@ PY
       . benchmarks/h200/served.sh
       # the series' processes ask for its decode backend (D), except the sa* ones (its auto)
       D=triton_fp8_decode V=dsv3-tp8
-      # waves 25 and 26 serve the quant phase's candidate tree: made here if that phase has not
+      # waves 25, 26 and 35-38 serve the quant phase's candidate tree: made here if that phase has not
       case " ${WAVES:-} " in
-        *" 25 "* | *" 26 "*) tree_with_patch base "$Q" <"$QUANT_CAND" ;;
+        *" 25 "* | *" 26 "* | *" 3"[5-8]" "*) tree_with_patch base "$Q" <"$QUANT_CAND" ;;
       esac
       # waves 27 to 34 serve the tune phase's tree (its config file from an earlier call)
       case " ${WAVES:-} " in
@@ -425,6 +426,12 @@ PY
           32) served_wave 32 330 Tbt4:base:fp8static::triton:48 Tss6:series:fp8static::$D:48 ;;
           33) served_wave 33 330 Ttt5:tuned:fp8static::triton:48 Tss7:series:fp8static::$D:48 ;;
           34) served_wave 34 330 Tss8:series:fp8static::$D:48 Tbt5:base:fp8static::triton:48 ;;
+          # the quant candidate against v0.34.0 where a triple does not fit (an H100): a pair
+          # each, the orders alternating
+          35) served_wave 35 330 "Lqd4:$Q:fp8dyn:::48" Lbd10:base:fp8dyn:::48 ;;
+          36) served_wave 36 330 Lbd11:base:fp8dyn:::48 "Lqd5:$Q:fp8dyn:::48" ;;
+          37) served_wave 37 330 "Lqd6:$Q:fp8dyn:::48" Lbd12:base:fp8dyn:::48 ;;
+          38) served_wave 38 330 Lbd13:base:fp8dyn:::48 "Lqd7:$Q:fp8dyn:::48" ;;
           # DeepSeek-V3 TP8's MoE layer served in a one-rank stand-in (benchmarks/shapes.py
           # says what it leaves out), 16 layers, about 27 GiB an engine: a pair fits an H100.
           # v0.34.0's default against the decode backend (19 static, 21 dynamic) and against
@@ -444,6 +451,12 @@ PY
         run_ws series 60 python3 -P -m benchmarks.served.report "$R"/served/*.json \
           --layer "${lrows[@]}" --shape "$a" --md "$R/served$sfx.md" --json "$R/served$sfx.json"
       done
+      # the quant candidate's processes held to v0.34.0's default (the report above holds the
+      # series' arms)
+      if compgen -G "$R/served/Lqd*.json" >/dev/null; then
+        run_ws series 60 python3 -P -m benchmarks.served.report "$R"/served/*.json \
+          --layer "${lrows[@]}" --arms "$Q" --md "$R/served-quant.md" --json "$R/served-quant.json"
+      fi
       ;;
     tune)
       install_tune_wheels || continue

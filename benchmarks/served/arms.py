@@ -36,6 +36,13 @@ def arm_of(rec: dict) -> str:
     return tree_of(rec) if asked == "auto" else f"{tree_of(rec)} --moe-backend {asked}"
 
 
+def held_arms(recs: list[dict], arms: tuple[str, ...] | None = None) -> list[str]:
+    """The arms held to the reference: those ``arms`` names that a record measured, or by
+    default every series arm (the tree as it is, its decode backend asked for)."""
+    seen = {arm_of(r) for r in recs if "error" not in r}
+    return sorted(seen & set(arms) if arms else {a for a in seen if a.startswith("series")})
+
+
 def medians(recs: list[dict], flavour: str, batch: str, arm: str) -> list[float]:
     """Each process's median TPOT of one arm at one flavour and batch size."""
     meds = [

@@ -21,15 +21,16 @@ def layer_variant(arm: str, flavour: str) -> tuple[str, str] | None:
     the layer table): v0.34.0's default is FLASHINFER_CUTLASS with static scales and TRITON
     with dynamic ones; the series' ``auto`` is TRITON with its configs (``general``); its
     decode backend is the layer table's ``default`` of the series tree; TRITON asked for on
-    v0.34.0, untuned or with the tune phase's file (tree ``tuned``), that tree's ``default``."""
-    if arm in ("base --moe-backend triton", "tuned --moe-backend triton"):
-        return (arm.split()[0], "default")
-    if arm == "base":
-        return ("base", "flashinfer" if flavour == "fp8static" else "default")
-    if arm == "series":
-        return ("series", "general")
-    if arm == f"series --moe-backend {DECODE_BACKEND}":
-        return ("series", "default")
+    v0.34.0, untuned or with the tune phase's file (tree ``tuned``), that tree's ``default``;
+    another tree (a candidate change to v0.34.0, e.g. ``cfp8-quant-one-program``) as v0.34.0's
+    own choice, from its own rows."""
+    tree, _, asked = arm.partition(" --moe-backend ")
+    if tree == "series":
+        return {"": ("series", "general"), DECODE_BACKEND: ("series", "default")}.get(asked)
+    if asked == "triton":
+        return (tree, "default")
+    if not asked:
+        return (tree, "flashinfer" if flavour == "fp8static" else "default")
     return None
 
 

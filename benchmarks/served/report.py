@@ -27,12 +27,22 @@ import re
 import sys
 from pathlib import Path
 
-from benchmarks.served.arms import BASE, arm_of, first_difference, med, medians, ref_name, spread
+from benchmarks.served.arms import (
+    BASE,
+    arm_of,
+    first_difference,
+    held_arms,
+    med,
+    medians,
+    ref_name,
+    spread,
+)
 from benchmarks.served.predict import (
     beside_layers,
     layer_us,
     predicted_us,
 )
+from benchmarks.served.traced import graph_saving_rows, step_rows, trace_rows
 from vseries import results
 
 
@@ -105,13 +115,19 @@ def per_wave(
 
 
 def summary(
-    recs: list[dict], batches: list[str], layer: dict, waves: dict | None = None, ref: str = BASE
+    recs: list[dict],
+    batches: list[str],
+    layer: dict,
+    waves: dict | None = None,
+    ref: str = BASE,
+    held: tuple[str, ...] | None = None,
 ) -> list[list[str]]:
-    """Per flavour, series arm and batch size: the reference arm against the arm."""
+    """Per flavour, held arm (``held_arms``) and batch size: the reference arm against the
+    arm."""
     rows = []
     ok = [r for r in recs if "error" not in r]
     flavours = sorted({r["flavour"] for r in ok})
-    arms = sorted({arm_of(r) for r in ok if arm_of(r).startswith("series")})
+    arms = held_arms(ok, held)
     for fl in flavours:
         for arm in arms:
             for b in batches:
@@ -152,90 +168,13 @@ def backend_rows(recs: list[dict], batches: list[str]) -> list[list[str]]:
     return rows
 
 
-def trace_rows(recs: list[dict]) -> list[list[str]]:
-    """One row per traced (process, batch): the decode step on the GPU timeline (under the
-    profiler, whose own CPU cost lengthens the period), busy and idle, kernels per step,
-    the MoE experts' launches, and the three longest kernels per step."""
-    rows = []
-    for r in recs:
-        for b, t in sorted(r.get("trace", {}).items(), key=lambda kv: int(kv[0])):
-            if not t.get("steps"):
-                continue
-            longest = ", ".join(
-                f"{n[:48]} {us:.0f}" for n, us in list(t["longest_kernels_us"].items())[:3]
-            )
-            launches = ", ".join(f"{n} {c:g}" for n, c in t["launches_per_step"].items())
-            rows.append(
-                [r["name"], r["tree"], r.get("backend") or r["moe_backend"], b, str(t["steps"]),
-                 f"{t['period_us']:.0f}", f"{t['busy_us']:.0f}", f"{t['idle_us']:.0f}",
-                 f"{t['kernels_per_step']:g}", launches or "-", longest]
-            )  # fmt: skip
-    return rows
-
-
-def _traced(recs: list[dict], flavour: str, batch: str, arm: str) -> list[dict]:
-    return [
-        r
-        for r in recs
-        if "error" not in r
-        and r["flavour"] == flavour
-        and arm_of(r) == arm
-        and r.get("trace", {}).get(batch, {}).get("steps")
-    ]
-
-
-def step_rows(recs: list[dict]) -> list[list[str]]:
-    """One row per traced (process, batch): the replayed graph's span on the GPU timeline and
-    the MoE kernels inside it (kernel times: the profiler lengthens the host's part of a step,
-    not the kernels), beside the same process's TPOT measured without the profiler. TPOT -
-    graph span is what each step spends outside its graph: the sampler's kernels and the GPU
-    waiting for the host (scheduling, input preparation, output). Where it grows as the graph
-    shrinks, the host, not the GPU, sets the step."""
-    rows = []
-    for r in recs:
-        for b, t in sorted(r.get("trace", {}).items(), key=lambda kv: int(kv[0])):
-            tpot = med(r.get("tpot_ms", {}).get(b, []))
-            if not t.get("steps") or tpot is None:
-                continue
-            rows.append(
-                [r["name"], r["tree"], r.get("backend") or r["moe_backend"], r["flavour"], b,
-                 f"{t['graph_us']:.0f}", f"{t['moe_us']:.0f}", f"{tpot:.3f}",
-                 f"{1e3 * tpot - t['graph_us']:.0f}"]
-            )  # fmt: skip
-    return rows
-
-
-def graph_saving_rows(recs: list[dict], batches: list[str], layer: dict) -> list[list[str]]:
-    """Per flavour, series arm and batch with traced processes on both sides: the graph's span
-    (median over the traced processes of each side), the saving on the GPU timeline against
-    the layer table's prediction, and the TPOT saving of the same processes."""
-    rows = []
-    ok = [r for r in recs if "error" not in r]
-    arms = sorted({arm_of(r) for r in ok if arm_of(r).startswith("series")})
-    for fl in sorted({r["flavour"] for r in ok}):
-        for arm in arms:
-            for b in batches:
-                base, ser = _traced(ok, fl, b, "base"), _traced(ok, fl, b, arm)
-                if not base or not ser:
-                    continue
-                gb = med([r["trace"][b]["graph_us"] for r in base])
-                gs = med([r["trace"][b]["graph_us"] for r in ser])
-                tb = med([med(r["tpot_ms"][b]) for r in base])
-                ts = med([med(r["tpot_ms"][b]) for r in ser])
-                pred = predicted_us(layer, base[0]["layers"], fl, arm, b)
-                names = (
-                    ", ".join(r["name"] for r in base) + " v " + ", ".join(r["name"] for r in ser)
-                )
-                rows.append(
-                    [fl, b, arm, names, f"{gb:.0f}", f"{gs:.0f}", f"{gb - gs:.0f}",
-                     "-" if pred is None else f"{pred:.0f}", f"{1e3 * (tb - ts):.0f}",
-                     "-" if gb - gs <= 0 else f"{100 * 1e3 * (tb - ts) / (gb - gs):.0f}%"]
-                )  # fmt: skip
-    return rows
-
-
 def same_machine_rows(
-    recs: list[dict], batches: list[str], beside: dict, waves: dict, ref: str = BASE
+    recs: list[dict],
+    batches: list[str],
+    beside: dict,
+    waves: dict,
+    ref: str = BASE,
+    held: tuple[str, ...] | None = None,
 ) -> list[list[str]]:
     """Per wave whose round holds its own layer table: the reference arm (v0.34.0's default)
     against each series arm inside the wave, and the saving that machine's layer table
@@ -247,7 +186,7 @@ def same_machine_rows(
         if "error" not in r and d in beside and (w := wave_of(r, waves)):
             by_wave.setdefault((d, w), []).append(r)
     for (d, w), here in sorted(by_wave.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
-        arms = sorted({arm_of(r) for r in here if arm_of(r).startswith("series")})
+        arms = held_arms(here, held)
         for fl in sorted({r["flavour"] for r in here}):
             for arm in arms:
                 for b in batches:
@@ -265,7 +204,13 @@ def same_machine_rows(
 
 
 def comparison(
-    recs: list[dict], batches: list[str], layer: dict, beside: dict, waves: dict | None, ref: str
+    recs: list[dict],
+    batches: list[str],
+    layer: dict,
+    beside: dict,
+    waves: dict | None,
+    ref: str,
+    held: tuple[str, ...] | None = None,
 ) -> str:
     """Every series arm held to the reference arm ``ref``: over all processes, then inside
     each wave whose round holds its own layer table."""
@@ -275,9 +220,9 @@ def comparison(
          "its TPOT ms", f"{d} / it", "saved ms", "predicted ms (layers x layer saving)",
          "saved / predicted", f"its processes faster than every {d} one",
          f"{d} / it inside each wave (processes of each)"],
-        summary(recs, batches, layer, waves, ref),
+        summary(recs, batches, layer, waves, ref, held),
     )  # fmt: skip
-    sm = same_machine_rows(recs, batches, beside, waves or {}, ref) if beside else []
+    sm = same_machine_rows(recs, batches, beside, waves or {}, ref, held) if beside else []
     if sm:
         table += "\n\n" + results.markdown_table(
             ["round", "wave", "flavour", "batch", "series arm", f"{d} TPOT ms",
@@ -294,6 +239,7 @@ def build(
     shape: str,
     waves: dict | None = None,
     refs: tuple[str, ...] = (BASE,),
+    held: tuple[str, ...] | None = None,
 ) -> tuple[str, list[dict]]:
     recs, layer_rows = read_inputs(paths, layer_paths, shape)
     batches = sorted({b for r in recs for b in r.get("tpot_ms", {})}, key=int)
@@ -305,7 +251,7 @@ def build(
         + [f"greedy continuations equal to a {'base' if refs[0] == BASE else refs[0]} process's"],
         process_rows(recs, batches, refs[0]),
     )
-    table2 = "\n\n".join(comparison(recs, batches, layer, beside, waves, r) for r in refs)
+    table2 = "\n\n".join(comparison(recs, batches, layer, beside, waves, r, held) for r in refs)
     br = backend_rows(recs, batches)
     if br:
         table2 += "\n\n" + results.markdown_table(
@@ -327,7 +273,7 @@ def build(
              "MoE kernels us", "TPOT ms (not profiled)", "TPOT - graph span us"],
             sr,
         )  # fmt: skip
-        gr = graph_saving_rows(recs, batches, layer)
+        gr = graph_saving_rows(recs, batches, layer, held)
         if gr:
             table3 += "\n\n" + results.markdown_table(
                 ["flavour", "batch", "series arm", "traced processes (default v arm)",
@@ -408,6 +354,13 @@ def main(argv: list[str] | None = None) -> int:
         "choice, 'base'); e.g. 'base --moe-backend triton' 'tuned --moe-backend triton'",
     )
     ap.add_argument(
+        "--arms",
+        nargs="+",
+        metavar="ARM",
+        help="the arms held to the references (default: every series arm); e.g. "
+        "'cfp8-quant-one-program', a candidate's tree",
+    )
+    ap.add_argument(
         "--waves-log", type=Path, help="moved.sh's log: each process's wave (older records)"
     )
     a = ap.parse_args(argv)
@@ -420,7 +373,9 @@ def main(argv: list[str] | None = None) -> int:
             (gzip.decompress(raw) if a.waves_log.suffix == ".gz" else raw).decode(errors="replace")
         )
     try:
-        text, slim = build(a.records, a.layer, a.shape, waves, tuple(a.against))
+        text, slim = build(
+            a.records, a.layer, a.shape, waves, tuple(a.against), tuple(a.arms or ()) or None
+        )
     except ValueError as e:  # read_inputs: a file or selector it cannot use, before any write
         ap.error(str(e))
     print(text)

@@ -458,6 +458,46 @@ def test_against_holds_the_series_to_triton_untuned_and_tuned(tmp_path):
     )
 
 
+def test_arms_holds_a_candidate_tree_to_v0340(tmp_path):
+    """A candidate change to v0.34.0 served as a tree of its own (the one-launch FP8
+    quantization, waves 25, 26 and 35-38): ``arms`` names it, it is held to v0.34.0's default
+    and predicted from its own layer rows (TRITON with dynamic scales on both), and the series'
+    arms are left out."""
+    toks = [[1, 2, 3]]
+    q = "cfp8-quant-one-program"
+    paths = [
+        _record(tmp_path, "q1", q, "fp8dyn", [3.80], toks, layers=48),
+        _record(tmp_path, "b1", "base", "fp8dyn", [4.00], toks, layers=48),
+        _record(
+            tmp_path,
+            "s1",
+            "series",
+            "fp8dyn",
+            [3.50],
+            toks,
+            layers=48,
+            moe_backend="triton_fp8_decode",
+        ),  # fmt: skip
+    ]
+    layers = []
+    for tree, us in (("base", 36.5), (q, 31.9)):
+        f = tmp_path / f"moe_layer-q-{tree}.json"
+        row = {"bench": "moe_layer", "shape": "qwen3-30b-a3b", "dtype": "dynamic", "m": 1,
+               "variant": "default", "us": us}  # fmt: skip
+        f.write_text(json.dumps({"header": {"variant": tree}, "rows": [row]}))
+        layers.append(f)
+    text = report.build(paths, layers, "qwen3-30b-a3b", None, held=(q,))[0]
+    row = next(ln for ln in text.splitlines() if ln.startswith("| fp8dyn | 1 | "))
+    # 4.00 / 3.80 = 1.053x; 48 x (36.5 - 31.9) us = 0.221 ms predicted; 0.200 / 0.221 = 91%
+    assert f"| {q} | 3.800 (3.800-3.800), n=1 | 1.053x | 0.200 | 0.221 | 91% | 1 of 1 |" in row
+    assert "| fp8dyn | 1 | 4.000 (4.000-4.000), n=1 | series" not in text
+    # without ``arms``: the series' arm, as before
+    assert (
+        "| series --moe-backend triton_fp8_decode |"
+        in report.build(paths, layers, "qwen3-30b-a3b")[0]
+    )
+
+
 def test_report_compares_the_arms_inside_each_wave(tmp_path):
     """Processes started together (one wave) share the host's conditions; waves do not (on the
     H200, 2026-12-05, a second wave ran batch 1 about 0.3 ms slower in every arm). The report
