@@ -212,11 +212,13 @@ def comparison(
     ref: str,
     held: tuple[str, ...] | None = None,
 ) -> str:
-    """Every series arm held to the reference arm ``ref``: over all processes, then inside
-    each wave whose round holds its own layer table."""
+    """Every held arm (the series', or those ``held`` names) against the reference arm
+    ``ref``: over all processes, then inside each wave whose round holds its own layer
+    table."""
     n, d = ref_name(ref), ("default" if ref == BASE else "reference")
+    a = "series arm" if held is None else "arm"
     table = results.markdown_table(
-        ["flavour", "batch", f"{n} TPOT ms (range of processes)", "series arm",
+        ["flavour", "batch", f"{n} TPOT ms (range of processes)", a,
          "its TPOT ms", f"{d} / it", "saved ms", "predicted ms (layers x layer saving)",
          "saved / predicted", f"its processes faster than every {d} one",
          f"{d} / it inside each wave (processes of each)"],
@@ -225,7 +227,7 @@ def comparison(
     sm = same_machine_rows(recs, batches, beside, waves or {}, ref, held) if beside else []
     if sm:
         table += "\n\n" + results.markdown_table(
-            ["round", "wave", "flavour", "batch", "series arm", f"{d} TPOT ms",
+            ["round", "wave", "flavour", "batch", a, f"{d} TPOT ms",
              "its TPOT ms", "saved ms", "predicted ms (that machine's layer table)",
              "saved / predicted"],
             sm,
@@ -276,7 +278,8 @@ def build(
         gr = graph_saving_rows(recs, batches, layer, held)
         if gr:
             table3 += "\n\n" + results.markdown_table(
-                ["flavour", "batch", "series arm", "traced processes (default v arm)",
+                ["flavour", "batch", "series arm" if held is None else "arm",
+                 "traced processes (default v arm)",
                  "default's graph us", "arm's graph us", "saved on the GPU timeline us",
                  "predicted us (layers x layer saving)", "saved in TPOT us",
                  "TPOT saving / graph saving"],
