@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
 """The fused MoE's dynamic per-tensor FP8 activation quantization at decode sizes, alone.
 
-v0.34.0 quantizes each MoE GEMM's input with ``ops.scaled_fp8_quant(x)`` (dynamic, per
+v0.34.0 quantizes the MoE's first GEMM input with ``ops.scaled_fp8_quant(x)`` (dynamic, per
 tensor): three launches (a memset of the scale, an abs-max reduction with atomics, the
-quantization). Rows, per input of a MoE layer (``a1``: the hidden states, M x hidden; ``a2``:
-the intermediate rows, M * top-k x intermediate) and M:
+quantization). Rows, per input shape of a MoE layer (``a1``: the hidden states, M x hidden;
+``a2``: the intermediate rows, M * top-k x intermediate, whose scale ``TritonExperts`` computes
+itself, ``masked_amax_scale``: the op timed on inputs of that shape) and M:
 
 - ``cuda``: ``ops.scaled_fp8_quant(x)``, what v0.34.0 runs;
 - ``one_program`` (trees with ``patches/candidates/fp8-quant-one-program.patch``): the
   candidate's one launch, where it takes the input (a contiguous tensor of at most its
   ``_ONE_PROGRAM_FP8_QUANT_MAX_NUMEL`` values); ``equal`` says whether its bytes and scale were
   those of ``cuda`` on every input timed;
+- ``one_block`` (``--one-block SO``: the library ``benchmarks/h200/stage_quant_cuda.sh`` builds
+  from ``patches/candidates/fp8-quant-one-block.patch``, the same specialisation inside the
+  CUDA op): its ``dynamic_scaled_fp8_quant``; ``equal_one_block`` as ``equal``;
 - ``static``: ``ops.scaled_fp8_quant(x, scale)``, one launch with a given scale: the floor a
   one-launch dynamic quantization can reach.
 
@@ -43,6 +47,28 @@ def one_program():
     return (fn, utils._ONE_PROGRAM_FP8_QUANT_MAX_NUMEL) if fn else None
 
 
+def one_block(path: str | None):
+    """The one-block build of v0.34.0's ``dynamic_scaled_fp8_quant`` (registered as
+    ``torch.ops._vseries_fp8``) as a quantization function, or None (no ``--one-block``)."""
+    if not path:
+        return None
+    torch.ops.load_library(path)
+    op = torch.ops._vseries_fp8.dynamic_scaled_fp8_quant
+
+    def quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = torch.empty(x.shape, device=x.device, dtype=torch.float8_e4m3fn)
+        scale = torch.empty(1, device=x.device, dtype=torch.float32)
+        op(out, x, scale)
+        return out, scale
+
+    return quant
+
+
+def same(p, q) -> bool:
+    """Two (FP8 tensor, scale) pairs hold the same bytes and scale."""
+    return torch.equal(p[1], q[1]) and torch.equal(p[0].view(torch.uint8), q[0].view(torch.uint8))
+
+
 def sites(shape: str, m: int) -> dict[str, tuple[int, int]]:
     """The two quantized inputs of one MoE layer at M tokens: (rows, columns)."""
     _, topk, hidden, inter = shapes.MOE_SHAPES[shape]
@@ -50,7 +76,9 @@ def sites(shape: str, m: int) -> dict[str, tuple[int, int]]:
 
 
 def main() -> int:
-    a = harness.arguments(__doc__, BATCHES, reps=50).parse_args()
+    ap = harness.arguments(__doc__, BATCHES, reps=50)
+    ap.add_argument("--one-block", metavar="SO", help="the one-block build's library (part pq)")
+    a = ap.parse_args()
     if not torch.cuda.is_available():
         print("bench_fp8_quant: needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -58,7 +86,10 @@ def main() -> int:
     from vllm import _custom_ops as ops
 
     cand = one_program()
-    head = harness.header("fp8_quant", a.variant, None, one_program=cand is not None)
+    block = one_block(a.one_block)
+    head = harness.header(
+        "fp8_quant", a.variant, None, one_program=cand is not None, one_block=a.one_block
+    )
     rows: list[results.Row] = []
     torch.manual_seed(0)
     for shape in a.shapes:
@@ -77,10 +108,11 @@ def main() -> int:
                 if cand is not None and r * c <= cand[1]:
                     fn = cand[0]
                     arms["one_program"] = [lambda x=x, f=fn: f(x) for x in xs]
-                    extra["equal"] = all(
-                        torch.equal(p[1], q[1])
-                        and torch.equal(p[0].view(torch.uint8), q[0].view(torch.uint8))
-                        for p, q in ((fn(x), ops.scaled_fp8_quant(x)) for x in xs)
+                    extra["equal"] = all(same(fn(x), ops.scaled_fp8_quant(x)) for x in xs)
+                if block is not None:
+                    arms["one_block"] = [lambda x=x, f=block: f(x) for x in xs]
+                    extra["equal_one_block"] = all(
+                        same(block(x), ops.scaled_fp8_quant(x)) for x in xs
                     )
                 for arm, calls in arms.items():
                     label = f"{shape} {site} M={m} {arm}"

@@ -51,6 +51,28 @@ tree_with_patch() {
   cp -a "$(tree_dir "$1")" "$d"
   (cd "$d" && patch -p1 -s) || echo "!!! $2 did not apply"
 }
+# tree_with_so NEW SO: tree NEW, a copy of the base whose ops.scaled_fp8_quant takes its dynamic
+# per-tensor quantization from the library SO (torch.ops._vseries_fp8, built from a change to
+# common.cu by stage_quant_cuda.sh), made once
+tree_with_so() {
+  local d
+  d=$(tree_dir "$1")
+  [ -d "$d" ] && return 0
+  [ -f "$2" ] || { echo "!!! $1: no $2 (part pq: benchmarks/h200/stage_quant_cuda.sh)"; return 1; }
+  cp -a "$(tree_dir base)" "$d"
+  python3 - "$d/vllm/_custom_ops.py" "$2" <<'PY' || { echo "!!! $1: not made"; rm -rf "$d"; return 1; }
+import os
+import sys
+path, so = sys.argv[1:]
+text = open(path).read()
+call = "torch.ops._C.dynamic_scaled_fp8_quant(output, input, scale)"
+assert text.count(call) == 1, "the dynamic per-tensor call is not where v0.34.0 has it"
+text = text.replace(call, call.replace("_C.", "_vseries_fp8."))
+text += f"\n\ntorch.ops.load_library({so!r})  # moved.sh tree_with_so\n"
+os.remove(path)  # cp -a keeps links: never write through one into the base
+open(path, "w").write(text)
+PY
+}
 # run_in TREE LIMIT CMD...: inside the tree (vLLM's own tests, the benchmarks);
 # run_ws TREE LIMIT CMD...: from the workspace root (the contract tests)
 run_in() { run_at "$(tree_dir "$1")" "$@"; }

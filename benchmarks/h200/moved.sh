@@ -46,7 +46,9 @@
 #          "--grid PDL=0,1 PREFETCH=0": the candidate beside its switches off, one process)
 #   quant  a candidate change to v0.34.0 (QUANT_CAND, default
 #          patches/candidates/fp8-quant-one-program.patch) on a copy of the base (tree c<its
-#          name>): its test file there, benchmarks/bench_fp8_quant.py there, then the layer
+#          name>): its test file there, benchmarks/bench_fp8_quant.py there (for
+#          fp8-quant-one-block.patch, the CUDA form: the tree calls part pq's library, vLLM's
+#          test_fp8_quant.py runs there and bench_fp8_quant --one-block on the base), then the layer
 #          (bench_moe_layer.py, TRITON, M = 1..16, both scales) on base and there in turns
 #          (ROUNDS, default 2; BENCH_ARGS replaces the shapes)
 #   tune   a tuned TRITON baseline (0003's review): vLLM's fused-MoE tuner
@@ -102,6 +104,15 @@ ln -sfn "$(tree_dir series)" "$(tree_dir patched)"
 # the quant phase's candidate patch (served too, by waves 25 and 26) and its tree's name
 QUANT_CAND=${QUANT_CAND:-patches/candidates/fp8-quant-one-program.patch}
 Q=c$(basename "$QUANT_CAND" .patch)
+# the one-block CUDA form (fp8-quant-one-block.patch) is a change to common.cu, which the release
+# wheel cannot take: its tree is the base calling the library stage_quant_cuda.sh built (part pq)
+QUANT_SO=${QUANT_SO:-/root/stage/pq/fp8_one_block.so}
+make_quant_tree() {
+  case $QUANT_CAND in
+    *one-block.patch) tree_with_so "$Q" "$QUANT_SO" ;;
+    *) tree_with_patch base "$Q" <"$QUANT_CAND" ;;
+  esac
+}
 install_wheel() {  # once per host: the patched wheel (part w1, wheel_parts.py) into /root/wsite
   [ -d /root/wsite/vllm ] && return 0
   local whl
@@ -284,11 +295,24 @@ PY
       ;;
     quant)
       [ -f "$QUANT_CAND" ] || { echo "!!! quant: QUANT_CAND=$QUANT_CAND is not a patch file here"; continue; }
-      tree_with_patch base "$Q" <"$QUANT_CAND"
-      run_in "$Q" 200 python3 -m pytest -q -p no:cacheprovider -rf \
-        tests/kernels/moe/test_moe_fp8_quant_one_program.py --junitxml "$R/quant-test-$Q.xml"
-      run_in "$Q" 150 python3 -m benchmarks.bench_fp8_quant --variant "$Q" \
-        --out "$R/fp8_quant-$Q.json"
+      make_quant_tree || continue
+      case $QUANT_CAND in
+        *one-block.patch)
+          # vLLM's own tests of the op (ops.scaled_fp8_quant calls the library in that tree);
+          # the op alone against v0.34.0's, on the base (its bytes compared there)
+          run_in "$Q" 300 python3 -m pytest -q -p no:cacheprovider -rf \
+            tests/kernels/quantization/test_fp8_quant.py -k "per_tensor or large" \
+            --junitxml "$R/quant-test-$Q.xml"
+          run_in base 150 python3 -m benchmarks.bench_fp8_quant --variant base \
+            --one-block "$QUANT_SO" --out "$R/fp8_quant-$Q.json"
+          ;;
+        *)
+          run_in "$Q" 200 python3 -m pytest -q -p no:cacheprovider -rf \
+            tests/kernels/moe/test_moe_fp8_quant_one_program.py --junitxml "$R/quant-test-$Q.xml"
+          run_in "$Q" 150 python3 -m benchmarks.bench_fp8_quant --variant "$Q" \
+            --out "$R/fp8_quant-$Q.json"
+          ;;
+      esac
       read -ra bench_args <<<"${BENCH_ARGS:---shapes qwen3-30b-a3b dsv3-tp8}"
       for ((r = 1; r <= ${ROUNDS:-2}; r++)); do
         for v in base "$Q"; do
@@ -352,7 +376,7 @@ PY
       D=triton_fp8_decode V=dsv3-tp8
       # waves 25, 26 and 35-38 serve the quant phase's candidate tree: made here if that phase has not
       case " ${WAVES:-} " in
-        *" 25 "* | *" 26 "* | *" 3"[5-8]" "*) tree_with_patch base "$Q" <"$QUANT_CAND" ;;
+        *" 25 "* | *" 26 "* | *" 3"[5-8]" "*) make_quant_tree ;;
       esac
       # waves 27 to 34 serve the tune phase's tree (its config file from an earlier call)
       case " ${WAVES:-} " in

@@ -555,6 +555,23 @@ def test_fp8_quant_benchmark_times_both_quantized_inputs_of_a_layer():
     assert bench_fp8_quant.sites("qwen3-30b-a3b", 1) == {"a1": (1, 2048), "a2": (8, 768)}
 
 
+def test_fp8_quant_benchmark_holds_a_form_to_the_cuda_op_bytes_and_scale():
+    """``equal`` / ``equal_one_block``: every FP8 byte and the scale as v0.34.0's op gives
+    them (one flipped bit or another scale is a difference); no ``--one-block``, no arm."""
+    import torch
+
+    from benchmarks import bench_fp8_quant
+
+    q = torch.tensor([[1.0, -2.0, 448.0, 0.0]]).to(torch.float8_e4m3fn)
+    s = torch.ones(1)
+    flipped = q.clone()
+    flipped.view(torch.uint8)[0, 0] ^= 1
+    assert bench_fp8_quant.same((q, s), (q.clone(), s.clone()))
+    assert not bench_fp8_quant.same((q, s), (flipped, s))
+    assert not bench_fp8_quant.same((q, s), (q, s * 2))
+    assert bench_fp8_quant.one_block(None) is None
+
+
 def _upstream_tuner_functions() -> dict:
     """``get_configs_compute_bound`` and ``prune_xpu_search_space`` as the pinned tree's
     ``benchmarks/kernels/benchmark_moe.py`` defines them, run on this host (its module imports

@@ -192,6 +192,35 @@ def _epcost(tmp_path, **env_extra):
                            **env_extra)  # fmt: skip
 
 
+def test_quant_serves_the_cuda_form_from_its_library_without_touching_the_base(tmp_path):
+    """The CUDA form of the one-launch quantization is a change to common.cu, which the release
+    wheel cannot take: its tree is a copy of the base whose ops.scaled_fp8_quant calls the
+    library of part pq (even where the base's file is a link, the base stays as it was); vLLM's
+    own test_fp8_quant.py runs there and bench_fp8_quant --one-block on the base."""
+    call = "            torch.ops._C.dynamic_scaled_fp8_quant(output, input, scale)\n"
+    shared = tmp_path / "shared_custom_ops.py"
+    shared.write_text("import torch\n" + call)
+    ops = tmp_path / "trees" / "vllm-base" / "vllm" / "_custom_ops.py"
+    ops.parent.mkdir(parents=True)
+    ops.symlink_to(shared)
+    so = tmp_path / "fp8_one_block.so"
+    so.write_bytes(b"")
+    stub = f'[ "$1" = - ] && exec {sys.executable} "$@"\necho "stub in $PWD: $*"\n'
+    stdout, r, trees = _moved_on_stubs(
+        tmp_path, ("base", "series"), stub, PHASES="quant", ROUNDS="1",
+        QUANT_CAND="patches/candidates/fp8-quant-one-block.patch", QUANT_SO=str(so),
+    )  # fmt: skip
+    made = (trees / "vllm-cfp8-quant-one-block" / "vllm" / "_custom_ops.py").read_text()
+    assert "torch.ops._vseries_fp8.dynamic_scaled_fp8_quant(output, input, scale)" in made
+    assert f"torch.ops.load_library({str(so)!r})" in made
+    assert shared.read_text() == "import torch\n" + call
+    ran = [line for line in stdout.splitlines() if line.startswith("stub in")]
+    assert ran[0].startswith(f"stub in {trees}/vllm-cfp8-quant-one-block: -m pytest")
+    assert "tests/kernels/quantization/test_fp8_quant.py" in ran[0]
+    assert ran[1].startswith(f"stub in {trees}/vllm-base: -m benchmarks.bench_fp8_quant")
+    assert f"--one-block {so}" in ran[1]
+
+
 def test_epcost_compares_the_trees_it_timed(tmp_path):
     """The epcost phase once compared a fixed list of four files and stopped when a call timed
     fewer trees (EP_TREES): its table now names the trees timed in this call, and a tree
