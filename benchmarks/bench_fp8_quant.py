@@ -53,10 +53,13 @@ def one_block(path: str | None):
     if not path:
         return None
     torch.ops.load_library(path)
+    from vllm.platforms import current_platform
+
     op = torch.ops._vseries_fp8.dynamic_scaled_fp8_quant
+    fp8 = current_platform.fp8_dtype()
 
     def quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = torch.empty(x.shape, device=x.device, dtype=torch.float8_e4m3fn)
+        out = torch.empty(x.shape, device=x.device, dtype=fp8)
         scale = torch.empty(1, device=x.device, dtype=torch.float32)
         op(out, x, scale)
         return out, scale

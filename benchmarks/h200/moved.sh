@@ -48,7 +48,8 @@
 #          patches/candidates/fp8-quant-one-program.patch) on a copy of the base (tree c<its
 #          name>): its test file there, benchmarks/bench_fp8_quant.py there (for
 #          fp8-quant-one-block.patch, the CUDA form: the tree calls part pq's library, vLLM's
-#          test_fp8_quant.py runs there and bench_fp8_quant --one-block on the base), then the layer
+#          test_fp8_quant.py runs there, bench_fp8_quant --one-block on the base and vLLM's
+#          benchmarks/kernels/benchmark_quant.py on both at 1 and 16 tokens), then the layer
 #          (bench_moe_layer.py, TRITON, M = 1..16, both scales) on base and there in turns
 #          (ROUNDS, default 2; BENCH_ARGS replaces the shapes)
 #   tune   a tuned TRITON baseline (0003's review): vLLM's fused-MoE tuner
@@ -305,6 +306,15 @@ PY
             --junitxml "$R/quant-test-$Q.xml"
           run_in base 150 python3 -m benchmarks.bench_fp8_quant --variant base \
             --one-block "$QUANT_SO" --out "$R/fp8_quant-$Q.json"
+          # vLLM's own benchmark of the op (the PR's command: wall time a call, launches
+          # included) at 1 and 16 tokens of Qwen3-30B-A3B's hidden size, the trees in turns
+          for m in 1 16; do
+            for v in base "$Q"; do
+              run_in "$v" 60 python3 benchmarks/kernels/benchmark_quant.py --quant-dtype fp8 \
+                --dtype bfloat16 --num-tokens "$m" --hidden-size 2048 --num-iters 5000 \
+                | tee -a "$R/benchmark_quant-$v-M$m.txt"
+            done
+          done
           ;;
         *)
           run_in "$Q" 200 python3 -m pytest -q -p no:cacheprovider -rf \

@@ -203,6 +203,11 @@ def same_machine_rows(
     return rows
 
 
+def arm_header(held: tuple[str, ...] | None) -> str:
+    """The arm column's header: "series arm" by default, "arm" under ``--arms``."""
+    return "series arm" if held is None else "arm"
+
+
 def comparison(
     recs: list[dict],
     batches: list[str],
@@ -216,7 +221,7 @@ def comparison(
     ``ref``: over all processes, then inside each wave whose round holds its own layer
     table."""
     n, d = ref_name(ref), ("default" if ref == BASE else "reference")
-    a = "series arm" if held is None else "arm"
+    a = arm_header(held)
     table = results.markdown_table(
         ["flavour", "batch", f"{n} TPOT ms (range of processes)", a,
          "its TPOT ms", f"{d} / it", "saved ms", "predicted ms (layers x layer saving)",
@@ -278,7 +283,7 @@ def build(
         gr = graph_saving_rows(recs, batches, layer, held)
         if gr:
             table3 += "\n\n" + results.markdown_table(
-                ["flavour", "batch", "series arm" if held is None else "arm",
+                ["flavour", "batch", arm_header(held),
                  "traced processes (default v arm)",
                  "default's graph us", "arm's graph us", "saved on the GPU timeline us",
                  "predicted us (layers x layer saving)", "saved in TPOT us",

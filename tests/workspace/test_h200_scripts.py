@@ -196,7 +196,8 @@ def test_quant_serves_the_cuda_form_from_its_library_without_touching_the_base(t
     """The CUDA form of the one-launch quantization is a change to common.cu, which the release
     wheel cannot take: its tree is a copy of the base whose ops.scaled_fp8_quant calls the
     library of part pq (even where the base's file is a link, the base stays as it was); vLLM's
-    own test_fp8_quant.py runs there and bench_fp8_quant --one-block on the base."""
+    own test_fp8_quant.py runs there, bench_fp8_quant --one-block on the base and vLLM's
+    benchmarks/kernels/benchmark_quant.py on both trees."""
     call = "            torch.ops._C.dynamic_scaled_fp8_quant(output, input, scale)\n"
     shared = tmp_path / "shared_custom_ops.py"
     shared.write_text("import torch\n" + call)
@@ -219,6 +220,12 @@ def test_quant_serves_the_cuda_form_from_its_library_without_touching_the_base(t
     assert "tests/kernels/quantization/test_fp8_quant.py" in ran[0]
     assert ran[1].startswith(f"stub in {trees}/vllm-base: -m benchmarks.bench_fp8_quant")
     assert f"--one-block {so}" in ran[1]
+    # vLLM's own benchmark of the op (the PR's command) on both trees, base first
+    upstream = [line for line in ran if "benchmarks/kernels/benchmark_quant.py" in line]
+    assert [line.split(":")[0] for line in upstream] == [
+        f"stub in {trees}/vllm-{t}" for t in ("base", "cfp8-quant-one-block") * 2
+    ]
+    assert all("--quant-dtype fp8" in line and "--hidden-size 2048" in line for line in upstream)
 
 
 def test_epcost_compares_the_trees_it_timed(tmp_path):
