@@ -51,9 +51,10 @@ tree_with_patch() {
   cp -a "$(tree_dir "$1")" "$d"
   (cd "$d" && patch -p1 -s) || echo "!!! $2 did not apply"
 }
-# tree_with_so NEW SO: tree NEW, a copy of the base whose ops.scaled_fp8_quant takes its dynamic
-# per-tensor quantization from the library SO (torch.ops._vseries_fp8, built from a change to
-# common.cu by stage_quant_cuda.sh), made once
+# tree_with_so NEW SO [PATCH]: tree NEW, a copy of the base whose ops.scaled_fp8_quant takes its
+# dynamic per-tensor quantization from the library SO (torch.ops._vseries_fp8, built from a
+# change to common.cu by stage_quant_cuda.sh), with PATCH's changes to tests/ applied (its
+# csrc/ part is the library), made once
 tree_with_so() {
   local d
   d=$(tree_dir "$1")
@@ -72,6 +73,15 @@ text += f"\n\ntorch.ops.load_library({so!r})  # moved.sh tree_with_so\n"
 os.remove(path)  # cp -a keeps links: never write through one into the base
 open(path, "w").write(text)
 PY
+  [ -n "${3:-}" ] || return 0
+  # the patch's tests/ files only (the staged trees hold no csrc/); each file a copy of its own
+  # first (cp -a keeps links), so that the base's stays as it was
+  local f
+  while read -r f; do
+    if [ -e "$d/$f" ]; then cp "$d/$f" "$d/$f.own" && mv "$d/$f.own" "$d/$f"; fi
+  done < <(sed -n 's|^diff --git a/\(tests/[^ ]*\) b/.*|\1|p' "$3")
+  awk '/^diff --git /{keep = ($3 ~ /^a\/tests\//)} keep' "$3" | (cd "$d" && patch -p1 -s) ||
+    { echo "!!! $1: the tests of $3 did not apply"; rm -rf "$d"; return 1; }
 }
 # run_in TREE LIMIT CMD...: inside the tree (vLLM's own tests, the benchmarks);
 # run_ws TREE LIMIT CMD...: from the workspace root (the contract tests)

@@ -110,7 +110,7 @@ Q=c$(basename "$QUANT_CAND" .patch)
 QUANT_SO=${QUANT_SO:-/root/stage/pq/fp8_one_block.so}
 make_quant_tree() {
   case $QUANT_CAND in
-    *one-block.patch) tree_with_so "$Q" "$QUANT_SO" ;;
+    *one-block.patch) tree_with_so "$Q" "$QUANT_SO" "$QUANT_CAND" ;;
     *) tree_with_patch base "$Q" <"$QUANT_CAND" ;;
   esac
 }

@@ -195,15 +195,21 @@ def _epcost(tmp_path, **env_extra):
 def test_quant_serves_the_cuda_form_from_its_library_without_touching_the_base(tmp_path):
     """The CUDA form of the one-launch quantization is a change to common.cu, which the release
     wheel cannot take: its tree is a copy of the base whose ops.scaled_fp8_quant calls the
-    library of part pq (even where the base's file is a link, the base stays as it was); vLLM's
-    own test_fp8_quant.py runs there, bench_fp8_quant --one-block on the base and vLLM's
-    benchmarks/kernels/benchmark_quant.py on both trees."""
+    library of part pq and holds the patch's tests (even where the base's files are links, the
+    base stays as it was); vLLM's own test_fp8_quant.py runs there, bench_fp8_quant
+    --one-block on the base and vLLM's benchmarks/kernels/benchmark_quant.py on both trees."""
     call = "            torch.ops._C.dynamic_scaled_fp8_quant(output, input, scale)\n"
     shared = tmp_path / "shared_custom_ops.py"
     shared.write_text("import torch\n" + call)
     ops = tmp_path / "trees" / "vllm-base" / "vllm" / "_custom_ops.py"
     ops.parent.mkdir(parents=True)
     ops.symlink_to(shared)
+    # the patch's test file, at the pin, linked into the base as assemble.sh's trees link
+    pin_test = "tests/kernels/quantization/test_fp8_quant.py"
+    shared_test = tmp_path / "shared_test_fp8_quant.py"
+    shared_test.write_text((ROOT / "vllm" / pin_test).read_text())
+    (tmp_path / "trees" / "vllm-base" / pin_test).parent.mkdir(parents=True)
+    (tmp_path / "trees" / "vllm-base" / pin_test).symlink_to(shared_test)
     so = tmp_path / "fp8_one_block.so"
     so.write_bytes(b"")
     stub = f'[ "$1" = - ] && exec {sys.executable} "$@"\necho "stub in $PWD: $*"\n'
@@ -215,6 +221,10 @@ def test_quant_serves_the_cuda_form_from_its_library_without_touching_the_base(t
     assert "torch.ops._vseries_fp8.dynamic_scaled_fp8_quant(output, input, scale)" in made
     assert f"torch.ops.load_library({str(so)!r})" in made
     assert shared.read_text() == "import torch\n" + call
+    # the candidate's own tests are in its tree, the base's file as it was
+    made_test = (trees / "vllm-cfp8-quant-one-block" / pin_test).read_text()
+    assert "def test_dynamic_per_tensor_fp8_quant_small_input_one_launch(" in made_test
+    assert shared_test.read_text() == (ROOT / "vllm" / pin_test).read_text()
     ran = [line for line in stdout.splitlines() if line.startswith("stub in")]
     assert ran[0].startswith(f"stub in {trees}/vllm-cfp8-quant-one-block: -m pytest")
     assert "tests/kernels/quantization/test_fp8_quant.py" in ran[0]
