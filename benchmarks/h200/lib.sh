@@ -74,14 +74,17 @@ os.remove(path)  # cp -a keeps links: never write through one into the base
 open(path, "w").write(text)
 PY
   [ -n "${3:-}" ] || return 0
-  # the patch's tests/ files only (the staged trees hold no csrc/); each file a copy of its own
-  # first (cp -a keeps links), so that the base's stays as it was
+  with_tests "$d" "$3" || { echo "!!! $1: the tests of $3 did not apply"; rm -rf "$d"; return 1; }
+}
+# with_tests DIR PATCH: PATCH's changes to tests/ applied in the tree at DIR (the staged trees
+# hold no csrc/), each file a copy of its own first (cp -a keeps links: the base's stays as it
+# was)
+with_tests() {
   local f
   while read -r f; do
-    if [ -e "$d/$f" ]; then cp "$d/$f" "$d/$f.own" && mv "$d/$f.own" "$d/$f"; fi
-  done < <(sed -n 's|^diff --git a/\(tests/[^ ]*\) b/.*|\1|p' "$3")
-  awk '/^diff --git /{keep = ($3 ~ /^a\/tests\//)} keep' "$3" | (cd "$d" && patch -p1 -s) ||
-    { echo "!!! $1: the tests of $3 did not apply"; rm -rf "$d"; return 1; }
+    if [ -e "$1/$f" ]; then cp "$1/$f" "$1/$f.own" && mv "$1/$f.own" "$1/$f"; fi
+  done < <(sed -n 's|^diff --git a/\(tests/[^ ]*\) b/.*|\1|p' "$2")
+  awk '/^diff --git /{keep = ($3 ~ /^a\/tests\//)} keep' "$2" | (cd "$1" && patch -p1 -s)
 }
 # run_in TREE LIMIT CMD...: inside the tree (vLLM's own tests, the benchmarks);
 # run_ws TREE LIMIT CMD...: from the workspace root (the contract tests)

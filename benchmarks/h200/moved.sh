@@ -48,7 +48,8 @@
 #          patches/candidates/fp8-quant-one-program.patch) on a copy of the base (tree c<its
 #          name>): its test file there, benchmarks/bench_fp8_quant.py there (for
 #          fp8-quant-one-block.patch, the CUDA form: the tree calls part pq's library, vLLM's
-#          test_fp8_quant.py runs there, bench_fp8_quant --one-block on the base and vLLM's
+#          test_fp8_quant.py runs there (its own tests also on v0.34.0: tree c<name>-before),
+#          bench_fp8_quant --one-block on the base and vLLM's
 #          benchmarks/kernels/benchmark_quant.py on both at 1 and 16 tokens), then the layer
 #          (bench_moe_layer.py, TRITON, M = 1..16, both scales) on base and there in turns
 #          (ROUNDS, default 2; BENCH_ARGS replaces the shapes)
@@ -304,6 +305,13 @@ PY
           run_in "$Q" 300 python3 -m pytest -q -p no:cacheprovider -rf \
             tests/kernels/quantization/test_fp8_quant.py -k "per_tensor or large" \
             --junitxml "$R/quant-test-$Q.xml"
+          # its own tests on v0.34.0 (the base with the patch's test file): the contract fails there
+          b=$(tree_dir "$Q-before")
+          [ -d "$b" ] || { cp -a "$(tree_dir base)" "$b" && with_tests "$b" "$QUANT_CAND"; } ||
+            echo "!!! $Q-before: the tests did not apply"
+          run_in "$Q-before" 120 python3 -m pytest -q -p no:cacheprovider -rf \
+            tests/kernels/quantization/test_fp8_quant.py -k "one_block or one_launch" \
+            --junitxml "$R/quant-test-$Q-before.xml"
           run_in base 150 python3 -m benchmarks.bench_fp8_quant --variant base \
             --one-block "$QUANT_SO" --out "$R/fp8_quant-$Q.json"
           # vLLM's own benchmark of the op (the PR's command: wall time a call, launches

@@ -228,8 +228,14 @@ def test_quant_serves_the_cuda_form_from_its_library_without_touching_the_base(t
     ran = [line for line in stdout.splitlines() if line.startswith("stub in")]
     assert ran[0].startswith(f"stub in {trees}/vllm-cfp8-quant-one-block: -m pytest")
     assert "tests/kernels/quantization/test_fp8_quant.py" in ran[0]
-    assert ran[1].startswith(f"stub in {trees}/vllm-base: -m benchmarks.bench_fp8_quant")
-    assert f"--one-block {so}" in ran[1]
+    # its own tests on the base with its test file: the contract fails there
+    assert ran[1].startswith(f"stub in {trees}/vllm-cfp8-quant-one-block-before: -m pytest")
+    assert '-k one_block or one_launch' in ran[1]
+    before = (trees / "vllm-cfp8-quant-one-block-before" / pin_test).read_text()
+    assert before == made_test
+    assert (trees / "vllm-cfp8-quant-one-block-before" / "vllm" / "_custom_ops.py").is_symlink()
+    assert ran[2].startswith(f"stub in {trees}/vllm-base: -m benchmarks.bench_fp8_quant")
+    assert f"--one-block {so}" in ran[2]
     # vLLM's own benchmark of the op (the PR's command) on both trees, base first
     upstream = [line for line in ran if "benchmarks/kernels/benchmark_quant.py" in line]
     assert [line.split(":")[0] for line in upstream] == [
