@@ -315,9 +315,13 @@ PY
           run_in base 150 python3 -m benchmarks.bench_fp8_quant --variant base \
             --one-block "$QUANT_SO" --out "$R/fp8_quant-$Q.json"
           # vLLM's own benchmark of the op (the PR's command: wall time a call, launches
-          # included) at 1 and 16 tokens of Qwen3-30B-A3B's hidden size, the trees in turns
+          # included) at 1 and 16 tokens of Qwen3-30B-A3B's hidden size, the trees in turns;
+          # tree $Q-control calls the pin's own common.cu through the same library (part pq's
+          # fp8_control.so): what the library itself costs on the host
+          qt=(base "$Q")
+          tree_with_so "$Q-control" "${QUANT_SO%/*}/fp8_control.so" && qt=(base "$Q-control" "$Q")
           for m in 1 16; do
-            for v in base "$Q"; do
+            for v in "${qt[@]}"; do
               run_in "$v" 60 python3 benchmarks/kernels/benchmark_quant.py --quant-dtype fp8 \
                 --dtype bfloat16 --num-tokens "$m" --hidden-size 2048 --num-iters 5000 \
                 | tee -a "$R/benchmark_quant-$v-M$m.txt"

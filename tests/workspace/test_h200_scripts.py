@@ -212,6 +212,7 @@ def test_quant_serves_the_cuda_form_from_its_library_without_touching_the_base(t
     (tmp_path / "trees" / "vllm-base" / pin_test).symlink_to(shared_test)
     so = tmp_path / "fp8_one_block.so"
     so.write_bytes(b"")
+    (tmp_path / "fp8_control.so").write_bytes(b"")
     stub = f'[ "$1" = - ] && exec {sys.executable} "$@"\necho "stub in $PWD: $*"\n'
     stdout, r, trees = _moved_on_stubs(
         tmp_path, ("base", "series"), stub, PHASES="quant", ROUNDS="1",
@@ -238,9 +239,13 @@ def test_quant_serves_the_cuda_form_from_its_library_without_touching_the_base(t
     assert f"--one-block {so}" in ran[2]
     # vLLM's own benchmark of the op (the PR's command) on both trees, base first
     upstream = [line for line in ran if "benchmarks/kernels/benchmark_quant.py" in line]
+    # with the control between: the pin's own common.cu through the same library
+    trio = ("base", "cfp8-quant-one-block-control", "cfp8-quant-one-block")
     assert [line.split(":")[0] for line in upstream] == [
-        f"stub in {trees}/vllm-{t}" for t in ("base", "cfp8-quant-one-block") * 2
+        f"stub in {trees}/vllm-{t}" for t in trio * 2
     ]
+    control = trees / "vllm-cfp8-quant-one-block-control" / "vllm" / "_custom_ops.py"
+    assert f"torch.ops.load_library({str(tmp_path / 'fp8_control.so')!r})" in control.read_text()
     assert all("--quant-dtype fp8" in line and "--hidden-size 2048" in line for line in upstream)
 
 
