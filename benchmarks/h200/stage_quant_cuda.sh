@@ -43,8 +43,12 @@ rm -rf .gpu/stage/pq && mkdir -p .gpu/stage/pq
 # loaded (shared, not a static copy of its own)
 build() {
   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -Xcompiler -fPIC \
-    --expt-relaxed-constexpr --expt-extended-lambda "${defs[@]}" "${inc[@]}" \
-    -c "$tmp/v/csrc/quantization/w8a8/fp8/common.cu" -o "$tmp/common.o"
+    --expt-relaxed-constexpr --expt-extended-lambda "${defs[@]}" "${inc[@]}" -Xptxas -v \
+    -c "$tmp/v/csrc/quantization/w8a8/fp8/common.cu" -o "$tmp/common.o" 2>"$tmp/ptxas.txt" ||
+    { cat "$tmp/ptxas.txt" >&2; exit 1; }
+  # registers and spills of each one-block kernel (ptxas's lines after its entry)
+  awk '/Compiling entry function/ {keep = /one_block/} keep && /Function properties|spill|registers/' "$tmp/ptxas.txt" |
+    sed 's/^ptxas info *: //; s/^ *//' | tee ".gpu/stage/pq/$1-ptxas.txt"
   nvcc -shared -cudart shared -o ".gpu/stage/pq/$1.so" "$tmp/common.o" "$tmp/bind.o" \
     -L "$tmp/torch/torch/lib" "${libs[@]/#/-l}" -Xlinker -z -Xlinker defs \
     -Xlinker --allow-shlib-undefined
