@@ -49,8 +49,9 @@
 #          name>): its test file there, benchmarks/bench_fp8_quant.py there (for
 #          fp8-quant-one-block.patch, the CUDA form: the tree calls part pq's library, vLLM's
 #          test_fp8_quant.py runs there (its own tests also on v0.34.0: tree c<name>-before),
-#          bench_fp8_quant --one-block on the base and vLLM's
-#          benchmarks/kernels/benchmark_quant.py on both at 1 and 16 tokens), then the layer
+#          bench_fp8_quant --one-block on the base, vLLM's benchmarks/kernels/benchmark_quant.py
+#          at 1 and 16 tokens on the base, a control (tree c<name>-control: the pin's own
+#          common.cu through the same library) and the candidate), then the layer
 #          (bench_moe_layer.py, TRITON, M = 1..16, both scales) on base and there in turns
 #          (ROUNDS, default 2; BENCH_ARGS replaces the shapes)
 #   tune   a tuned TRITON baseline (0003's review): vLLM's fused-MoE tuner
