@@ -231,7 +231,7 @@ def test_quant_serves_the_cuda_form_from_its_library_without_touching_the_base(t
     assert "tests/kernels/quantization/test_fp8_quant.py" in ran[0]
     # its own tests on the base with its test file: the contract fails there
     assert ran[1].startswith(f"stub in {trees}/vllm-cfp8-quant-one-block-before: -m pytest")
-    assert '-k one_block or one_launch' in ran[1]
+    assert "-k one_block or one_launch" in ran[1]
     before = (trees / "vllm-cfp8-quant-one-block-before" / pin_test).read_text()
     assert before == made_test
     assert (trees / "vllm-cfp8-quant-one-block-before" / "vllm" / "_custom_ops.py").is_symlink()
