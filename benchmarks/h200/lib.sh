@@ -76,6 +76,15 @@ PY
   [ -n "${3:-}" ] || return 0
   with_tests "$d" "$3" || { echo "!!! $1: the tests of $3 did not apply"; rm -rf "$d"; return 1; }
 }
+# tree_with_tests NEW PATCH: tree NEW, a copy of the base with PATCH's changes to tests/ only
+# (its tests on v0.34.0), made once
+tree_with_tests() {
+  local d
+  d=$(tree_dir "$1")
+  [ -d "$d" ] && return 0
+  cp -a "$(tree_dir base)" "$d"
+  with_tests "$d" "$2" || { echo "!!! $1: the tests of $2 did not apply"; rm -rf "$d"; return 1; }
+}
 # with_tests DIR PATCH: PATCH's changes to tests/ applied in the tree at DIR (the staged trees
 # hold no csrc/), each file a copy of its own first (cp -a keeps links: the base's stays as it
 # was)

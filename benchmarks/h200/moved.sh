@@ -307,9 +307,7 @@ PY
             tests/kernels/quantization/test_fp8_quant.py -k "per_tensor or large" \
             --junitxml "$R/quant-test-$Q.xml"
           # its own tests on v0.34.0 (the base with the patch's test file): the contract fails there
-          b=$(tree_dir "$Q-before")
-          [ -d "$b" ] || { cp -a "$(tree_dir base)" "$b" && with_tests "$b" "$QUANT_CAND"; } ||
-            echo "!!! $Q-before: the tests did not apply"
+          tree_with_tests "$Q-before" "$QUANT_CAND"
           run_in "$Q-before" 120 python3 -m pytest -q -p no:cacheprovider -rf \
             tests/kernels/quantization/test_fp8_quant.py -k "one_block or one_launch" \
             --junitxml "$R/quant-test-$Q-before.xml"

@@ -197,7 +197,8 @@ def test_quant_serves_the_cuda_form_from_its_library_without_touching_the_base(t
     wheel cannot take: its tree is a copy of the base whose ops.scaled_fp8_quant calls the
     library of part pq and holds the patch's tests (even where the base's files are links, the
     base stays as it was); vLLM's own test_fp8_quant.py runs there, bench_fp8_quant
-    --one-block on the base and vLLM's benchmarks/kernels/benchmark_quant.py on both trees."""
+    --one-block on the base and vLLM's benchmarks/kernels/benchmark_quant.py on the base, a
+    control and the candidate."""
     call = "            torch.ops._C.dynamic_scaled_fp8_quant(output, input, scale)\n"
     shared = tmp_path / "shared_custom_ops.py"
     shared.write_text("import torch\n" + call)
