@@ -4,6 +4,7 @@ staged ones; and a tree holding only vLLM's vllm/ and tests/ leaves `benchmarks`
 workspace, as CONTRIBUTING.md says."""
 
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -338,3 +339,15 @@ def test_branches_runs_the_named_branches_in_their_order(tmp_path):
     assert ran[:2] == [f"stub in {trees}/vllm-pr0004", f"stub in {trees}/vllm-pr0004-before"]
     assert ran[2:] and all(r.startswith(f"stub in {trees}/vllm-pr0003") for r in ran[2:])
     assert "!!! no branch tree" in stdout and "send part pb0009" in stdout
+
+
+@pytest.mark.parametrize(
+    "patch", sorted((ROOT / "patches" / "candidates").glob("*.patch")), ids=lambda p: p.name
+)
+def test_candidate_patch_file_headers_are_whole(patch):
+    """moved.sh applies a candidate with `git apply`, which takes a damaged `diff --git` line
+    on trust from the ---/+++ lines after it; a reviewer's tools do not."""
+    heads = [x for x in patch.read_text().splitlines() if x.startswith("diff --git")]
+    assert heads, f"{patch.name} holds no file"
+    bad = [x for x in heads if not re.fullmatch(r"diff --git a/(\S+) b/\1", x)]
+    assert not bad, f"{patch.name}: damaged file headers {bad}"
