@@ -18,6 +18,11 @@ itself, ``masked_amax_scale``: the op timed on inputs of that shape) and M:
 - ``static``: ``ops.scaled_fp8_quant(x, scale)``, one launch with a given scale: the floor a
   one-launch dynamic quantization can reach.
 
+``--sweep`` (with ``--one-block``): flat inputs of 2048 to 49152 values, bf16 and float32,
+instead of the layer's sites (shape ``flat``): where the one-block kernel stops winning
+against the three launches, to set its limit (32768 values; past it the library takes the
+general path, which is v0.34.0's).
+
 Method (``benchmarks/harness.py``): CUDA-graph replay of 16 calls on 16 inputs, time of one
 call, median and range of the replays. The inputs are small and were just written by the
 kernel before, so they are L2-resident here as when serving.
@@ -78,10 +83,36 @@ def sites(shape: str, m: int) -> dict[str, tuple[int, int]]:
     return {"a1": (m, hidden), "a2": (m * topk, inter)}
 
 
+SWEEP = tuple(2048 * k for k in (1, 2, 3, 4, 6, 8, 10, 12, 14, 15, 16, 17, 18, 20, 24))
+SWEEP_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def cases(a):
+    """(shape, dtype name, M, inputs, extra) of every case: the layer's sites, or the sweep."""
+    if a.sweep:
+        for name, dtype in SWEEP_DTYPES.items():
+            for n in SWEEP:
+                xs = [torch.randn(n // 2048, 2048, device="cuda", dtype=dtype) * 3
+                      for _ in range(INPUTS)]  # fmt: skip
+                yield "flat", name, n // 2048, xs, {"site": "flat", "rows": n // 2048, "cols": 2048}
+        return
+    for shape in a.shapes:
+        for m in a.batches:
+            for site, (r, c) in sites(shape, m).items():
+                xs = [
+                    torch.randn(r, c, device="cuda", dtype=torch.bfloat16) * 3
+                    for _ in range(INPUTS)
+                ]
+                yield shape, "bf16", m, xs, {"site": site, "rows": r, "cols": c}
+
+
 def main() -> int:
     ap = harness.arguments(__doc__, BATCHES, reps=50)
     ap.add_argument("--one-block", metavar="SO", help="the one-block build's library (part pq)")
+    ap.add_argument("--sweep", action="store_true", help="flat inputs across the one-block limit")
     a = ap.parse_args()
+    if a.sweep and not a.one_block:
+        ap.error("--sweep times the one-block build: give --one-block SO")
     if not torch.cuda.is_available():
         print("bench_fp8_quant: needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -95,46 +126,36 @@ def main() -> int:
     )
     rows: list[results.Row] = []
     torch.manual_seed(0)
-    for shape in a.shapes:
-        for m in a.batches:
-            for site, (r, c) in sites(shape, m).items():
-                xs = [
-                    torch.randn(r, c, device="cuda", dtype=torch.bfloat16) * 3
-                    for _ in range(INPUTS)
-                ]
-                scale = torch.ones(1, device="cuda", dtype=torch.float32)
-                arms = {
-                    "cuda": [lambda x=x: ops.scaled_fp8_quant(x) for x in xs],
-                    "static": [lambda x=x, s=scale: ops.scaled_fp8_quant(x, s) for x in xs],
-                }
-                extra: dict = {"site": site, "rows": r, "cols": c}
-                if cand is not None and r * c <= cand[1]:
-                    fn = cand[0]
-                    arms["one_program"] = [lambda x=x, f=fn: f(x) for x in xs]
-                    extra["equal"] = all(same(fn(x), ops.scaled_fp8_quant(x)) for x in xs)
-                if block is not None:
-                    arms["one_block"] = [lambda x=x, f=block: f(x) for x in xs]
-                    extra["equal_one_block"] = all(
-                        same(block(x), ops.scaled_fp8_quant(x)) for x in xs
-                    )
-                for arm, calls in arms.items():
-                    label = f"{shape} {site} M={m} {arm}"
-                    try:
-                        t = harness.time_graph(calls, reps=a.reps)
-                    except Exception as exc:  # one failing case must not lose the run
-                        rows.append(
-                            results.failed("fp8_quant", shape, "bf16", m, arm, exc, **extra)
-                        )
-                        print(f"{label}: FAILED {exc}", flush=True)
-                        continue
-                    rows.append(
-                        results.Row(
-                            "fp8_quant", shape, "bf16", m, arm, round(t.us, 2),
-                            round(t.us_min, 2), round(t.us_max, 2), 2 * r * c, None, dict(extra),
-                        )
-                    )  # fmt: skip
-                    print(f"{label}: {t.us:.2f} us ({t.us_min:.2f}-{t.us_max:.2f})", flush=True)
-                results.write(a.out, head, rows)
+    for shape, dt, m, xs, extra in cases(a):
+        r, c = extra["rows"], extra["cols"]
+        scale = torch.ones(1, device="cuda", dtype=torch.float32)
+        arms = {
+            "cuda": [lambda x=x: ops.scaled_fp8_quant(x) for x in xs],
+            "static": [lambda x=x, s=scale: ops.scaled_fp8_quant(x, s) for x in xs],
+        }
+        if cand is not None and r * c <= cand[1] and dt == "bf16":
+            fn = cand[0]
+            arms["one_program"] = [lambda x=x, f=fn: f(x) for x in xs]
+            extra["equal"] = all(same(fn(x), ops.scaled_fp8_quant(x)) for x in xs)
+        if block is not None:
+            arms["one_block"] = [lambda x=x, f=block: f(x) for x in xs]
+            extra["equal_one_block"] = all(same(block(x), ops.scaled_fp8_quant(x)) for x in xs)
+        for arm, calls in arms.items():
+            label = f"{shape} {dt} {extra['site']} M={m} {arm}"
+            try:
+                t = harness.time_graph(calls, reps=a.reps)
+            except Exception as exc:  # one failing case must not lose the run
+                rows.append(results.failed("fp8_quant", shape, dt, m, arm, exc, **extra))
+                print(f"{label}: FAILED {exc}", flush=True)
+                continue
+            rows.append(
+                results.Row(
+                    "fp8_quant", shape, dt, m, arm, round(t.us, 2), round(t.us_min, 2),
+                    round(t.us_max, 2), xs[0].element_size() * r * c, None, dict(extra),
+                )
+            )  # fmt: skip
+            print(f"{label}: {t.us:.2f} us ({t.us_min:.2f}-{t.us_max:.2f})", flush=True)
+        results.write(a.out, head, rows)
     results.write(a.out, head, rows)
     return 0
 

@@ -49,7 +49,8 @@
 #          name>): its test file there, benchmarks/bench_fp8_quant.py there (for
 #          fp8-quant-one-block.patch, the CUDA form: the tree calls part pq's library, vLLM's
 #          test_fp8_quant.py runs there (its own tests also on v0.34.0: tree c<name>-before),
-#          bench_fp8_quant --one-block on the base, vLLM's benchmarks/kernels/benchmark_quant.py
+#          bench_fp8_quant --one-block on the base (and --sweep across its limit), vLLM's
+#          benchmarks/kernels/benchmark_quant.py
 #          at 1 and 16 tokens on the base, a control (tree c<name>-control: the pin's own
 #          common.cu through the same library) and the candidate), then the layer
 #          (bench_moe_layer.py, TRITON, M = 1..16, both scales) on base and there in turns
@@ -313,6 +314,9 @@ PY
             --junitxml "$R/quant-test-$Q-before.xml"
           run_in base 150 python3 -m benchmarks.bench_fp8_quant --variant base \
             --one-block "$QUANT_SO" --out "$R/fp8_quant-$Q.json"
+          # across the limit: flat inputs of 2K-48K values, bf16 and float32 (where it stops winning)
+          run_in base 120 python3 -m benchmarks.bench_fp8_quant --variant base \
+            --one-block "$QUANT_SO" --sweep --out "$R/fp8_quant-sweep-$Q.json"
           # vLLM's own benchmark of the op (the PR's command: wall time a call, launches
           # included) at 1 and 16 tokens of Qwen3-30B-A3B's hidden size, the trees in turns;
           # tree $Q-control calls the pin's own common.cu through the same library (part pq's

@@ -665,3 +665,15 @@ def test_tune_report_sets_0003_beside_the_tuned_baseline(tmp_path):
     assert "2 runs each of v0.34.0, v0.34.0 with the tuned file and the series" in md
     assert f"--tuned {' '.join(files['tuned'])} --tune {tmp_path / 'tune.json'} --out" in md
     assert (tmp_path / "page.png").stat().st_size > 0
+
+
+def test_fp8_quant_sweep_needs_the_one_block_build(tmp_path):
+    """--sweep times the one-block kernel across its limit: without its library there is
+    nothing to sweep, and the command says which option is missing before touching a GPU."""
+    p = subprocess.run(
+        [sys.executable, str(BENCH / "bench_fp8_quant.py"), "--variant", "base",
+         "--out", str(tmp_path / "r.json"), "--sweep"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert p.returncode == 2 and "give --one-block SO" in p.stderr, p.stderr[-2000:]
+    assert not (tmp_path / "r.json").exists()

@@ -239,6 +239,9 @@ def test_quant_serves_the_cuda_form_from_its_library_without_touching_the_base(t
     assert (trees / "vllm-cfp8-quant-one-block-before" / "vllm" / "_custom_ops.py").is_symlink()
     assert ran[2].startswith(f"stub in {trees}/vllm-base: -m benchmarks.bench_fp8_quant")
     assert f"--one-block {so}" in ran[2]
+    # across the limit, bf16 and float32
+    assert ran[3].startswith(f"stub in {trees}/vllm-base: -m benchmarks.bench_fp8_quant")
+    assert f"--one-block {so} --sweep" in ran[3]
     # vLLM's own benchmark of the op (the PR's command) on both trees, base first
     upstream = [line for line in ran if "benchmarks/kernels/benchmark_quant.py" in line]
     # with the control between: the pin's own common.cu through the same library
