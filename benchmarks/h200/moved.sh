@@ -312,6 +312,8 @@ PY
           run_in "$Q-before" 120 python3 -m pytest -q -p no:cacheprovider -rf \
             tests/kernels/quantization/test_fp8_quant.py -k "one_block or one_launch" \
             --junitxml "$R/quant-test-$Q-before.xml"
+          # what ptxas said of the build that runs (stage_quant_cuda.sh keeps it beside the library)
+          cp "${QUANT_SO%.so}-ptxas.txt" "$R/" 2>/dev/null || echo "!!! quant: no ptxas file beside $QUANT_SO"
           run_in base 150 python3 -m benchmarks.bench_fp8_quant --variant base \
             --one-block "$QUANT_SO" --out "$R/fp8_quant-$Q.json"
           # across the limit: flat inputs of 2K-48K values, bf16 and float32 (where it stops winning)

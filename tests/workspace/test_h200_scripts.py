@@ -214,12 +214,15 @@ def test_quant_serves_the_cuda_form_from_its_library_without_touching_the_base(t
     (tmp_path / "trees" / "vllm-base" / pin_test).symlink_to(shared_test)
     so = tmp_path / "fp8_one_block.so"
     so.write_bytes(b"")
+    (tmp_path / "fp8_one_block-ptxas.txt").write_text("Used 50 registers\n")
     (tmp_path / "fp8_control.so").write_bytes(b"")
     stub = f'[ "$1" = - ] && exec {sys.executable} "$@"\necho "stub in $PWD: $*"\n'
     stdout, r, trees = _moved_on_stubs(
         tmp_path, ("base", "series"), stub, PHASES="quant", ROUNDS="1",
         QUANT_CAND="patches/candidates/fp8-quant-one-block.patch", QUANT_SO=str(so),
     )  # fmt: skip
+    # the build's ptxas report travels with the results
+    assert (r / "fp8_one_block-ptxas.txt").read_text() == "Used 50 registers\n"
     made = (trees / "vllm-cfp8-quant-one-block" / "vllm" / "_custom_ops.py").read_text()
     assert "torch.ops._vseries_fp8.dynamic_scaled_fp8_quant(output, input, scale)" in made
     assert f"torch.ops.load_library({str(so)!r})" in made
