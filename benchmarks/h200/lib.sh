@@ -60,7 +60,7 @@ tree_with_so() {
   d=$(tree_dir "$1")
   [ -d "$d" ] && return 0
   [ -f "$2" ] || { echo "!!! $1: no $2 (part pq: benchmarks/h200/stage_quant_cuda.sh)"; return 1; }
-  cp -a "$(tree_dir base)" "$d"
+  tree_with_tests "$1" "${3:-}" || return 1
   python3 - "$d/vllm/_custom_ops.py" "$2" <<'PY' || { echo "!!! $1: not made"; rm -rf "$d"; return 1; }
 import os
 import sys
@@ -73,16 +73,15 @@ text += f"\n\ntorch.ops.load_library({so!r})  # moved.sh tree_with_so\n"
 os.remove(path)  # cp -a keeps links: never write through one into the base
 open(path, "w").write(text)
 PY
-  [ -n "${3:-}" ] || return 0
-  with_tests "$d" "$3" || { echo "!!! $1: the tests of $3 did not apply"; rm -rf "$d"; return 1; }
 }
-# tree_with_tests NEW PATCH: tree NEW, a copy of the base with PATCH's changes to tests/ only
+# tree_with_tests NEW [PATCH]: tree NEW, a copy of the base with PATCH's changes to tests/ only
 # (its tests on v0.34.0), made once
 tree_with_tests() {
   local d
   d=$(tree_dir "$1")
   [ -d "$d" ] && return 0
   cp -a "$(tree_dir base)" "$d"
+  [ -n "${2:-}" ] || return 0
   with_tests "$d" "$2" || { echo "!!! $1: the tests of $2 did not apply"; rm -rf "$d"; return 1; }
 }
 # with_tests DIR PATCH: PATCH's changes to tests/ applied in the tree at DIR (the staged trees
