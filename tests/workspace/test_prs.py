@@ -31,6 +31,7 @@ from vseries.prs import body as prbody
 from vseries.prs import branches, checklist, paths, publish, results
 from vseries.prs import checks as prchecks
 from vseries.prs import comment as prcomment
+from vseries.prs import rfc as prsrfc
 from vseries.prs.checks import Checks
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -688,6 +689,97 @@ def test_real_data_for_patches_have_their_comment():
             assert text.strip(), e.name
 
 
+# --- an RFC first: the issue, no PR ------------------------------------------------------------
+
+
+def test_patch_that_goes_upstream_as_an_rfc_first_gets_its_issue_not_a_pr(tiny):
+    """Pending [RFC first]: no branch; out/prs/NNNN/ holds the RFC's title and body (the
+    hand-written file's first line and the rest) and its gh command on vLLM's repository; the
+    patch after it still gets its PR."""
+    add(tiny, edit_line("a.py", 3, "three"), MSG.format("big", "big").replace(
+        "Pending", "Pending [RFC first]"))  # fmt: skip
+    add(tiny, write("c.py", "x = 23\n"), "[Core] three\n\nUpstream-Status: Pending")
+    (tiny / "docs" / "upstream").mkdir(parents=True)
+    (tiny / "docs/upstream/0001-rfc.md").write_text(
+        "[RFC]: A big kernel: is it worth it?\n\n<!-- a note for the workspace's readers -->\n\n"
+        "### Motivation\n\nIt's 1.05x <!-- [t](../results/t.md) -->.\n"
+    )
+    done = prs.prs(hooks=False, tests=False)
+    assert [(x.number, type(x).__name__, x.ok) for x in done] == [
+        ("0001", "Rfc", True),
+        ("0002", "PR", True),
+    ]
+    assert git(tiny / "vllm", "branch", "--list", "pr/perf-kernel-big") == ""
+    out = tiny / "out" / "prs" / "0001"
+    assert sorted(f.name for f in out.iterdir()) == [
+        "checks.txt",
+        "commands.sh",
+        "rfc.md",
+        "title.txt",
+    ]
+    assert (out / "title.txt").read_text() == "[RFC]: A big kernel: is it worth it?\n"
+    assert (out / "rfc.md").read_text() == "### Motivation\n\nIt's 1.05x.\n"
+    cmd = (out / "commands.sh").read_text()
+    assert "gh issue create --repo vllm-project/vllm --label RFC --title '[RFC]: A big" in cmd
+    assert "git -C vllm push" not in cmd and "gh pr create" not in cmd
+    assert subprocess.run(["bash", "-n", str(out / "commands.sh")]).returncode == 0
+    assert (tiny / "out/prs/0002/body.md").is_file()
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        (None, "docs/upstream/0001-rfc.md does not exist"),
+        ("A big kernel\n\nbody\n", "needs a first line '[RFC]: <title>'"),
+        ("[RFC]: A big kernel\n\n", "needs a first line '[RFC]: <title>' and a body"),
+        (
+            "[RFC]: A big kernel\n\nSee [the table](../results/t.md).\n",
+            "links ../results/t.md, which the issue cannot open",
+        ),
+    ],
+)
+def test_rfc_first_without_a_usable_rfc_file_is_not_ready_and_names_the_file(
+    tiny, capsys, text, problem
+):
+    add(tiny, write("b.py", "x = 24\n"), "[Core] four\n\nUpstream-Status: Pending [RFC first]")
+    if text is not None:
+        (tiny / "docs" / "upstream").mkdir(parents=True)
+        (tiny / "docs/upstream/0001-rfc.md").write_text(text)
+    [r] = prs.prs(hooks=False, tests=False)
+    assert not r.ok and problem in r.problems[0] and "scripts/prs.sh again" in r.problems[0]
+    out = tiny / "out" / "prs" / "0001"
+    assert not (out / "commands.sh").exists() and not (out / "rfc.md").exists()
+    assert "NOT READY" in (out / "checks.txt").read_text()
+    assert "0001 RFC first: NOT READY" in capsys.readouterr().out
+
+
+def test_rfc_first_sets_the_header_and_record_later_replaces_it(tiny, capsys):
+    """--rfc-first NNNN: the trailer in vllm/ and in the patch file, no URL asked; --record
+    later (the PR opened after the answer) turns it into Submitted, saying what it replaced."""
+    add(tiny, write("b.py", "x = 25\n"), MSG.format("five", "five"))
+    apply.apply()
+    refresh.refresh()
+    p = series.load()[0].path
+    prs.record("1", None, rfc_first=True)
+    status = "Upstream-Status: Pending [RFC first]"
+    assert status in git(tiny / "vllm", "log", "-1", "--format=%B", "series")
+    assert status + "\nSigned-off-by: t <t@t>" in p.read_text()
+    assert prsrfc.wanted(patchfile.info(p).status)
+    capsys.readouterr()
+    prs.record("1", URL)
+    assert patchfile.info(p).status == f"Submitted [{URL}]"
+    assert "(was: Pending [RFC first])" in capsys.readouterr().out
+
+
+def test_real_rfc_first_patches_have_their_rfc():
+    """Every real patch that goes upstream as an RFC first has its RFC written, titled, and
+    postable as it is (no link the issue cannot open)."""
+    for e in real_entries():
+        if prsrfc.wanted(patchfile.info(ROOT / "patches" / e.name).status):
+            source = prsrfc.SOURCE.format(e.name[:4])
+            assert prsrfc.problems(source, (ROOT / source).read_text()) == [], e.name
+
+
 # --- the body ------------------------------------------------------------------------------------
 
 
@@ -1245,6 +1337,10 @@ def test_real_series_end_to_end(ws):
         if isinstance(pr, prcomment.Comment):  # data for an open PR: its comment, no branch
             assert pr.ok, pr.problems
             assert (out / "comment.md").read_text().strip()
+            continue
+        if isinstance(pr, prsrfc.Rfc):  # an RFC first: its issue, no branch
+            assert pr.ok, pr.problems
+            assert (out / "rfc.md").read_text().strip()
             continue
         assert (out / "title.txt").read_text() == info.subject + "\n"
         body = (out / "body.md").read_text()

@@ -3,7 +3,7 @@
 from vseries import git, patchfile, release, series
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
-from vseries.prs import comment, publish
+from vseries.prs import comment, publish, rfc
 from vseries.prs.branches import PR, identity, make_branch, number
 from vseries.prs.checks import check
 from vseries.prs.record import record
@@ -18,10 +18,11 @@ def prs(
     tests: bool = True,
     ws: Workspace | None = None,
     sign: bool = False,
-) -> list[PR | comment.Comment]:
+) -> list[PR | comment.Comment | rfc.Rfc]:
     """Make, check and describe a PR branch per patch not upstreamed; optionally push them.
     A patch that is data for an open upstream PR (``Pending [data for URL]``) gets that
-    PR's comment instead (comment.py): no branch, nothing pushed.
+    PR's comment instead (comment.py), and one that goes upstream as an RFC first
+    (``Pending [RFC first]``) that RFC's issue (rfc.py): no branch, nothing pushed.
 
     Args:
         base: an upstream ref that resolves in vllm/ (default: the pin's commit).
@@ -32,7 +33,7 @@ def prs(
         sign: sign each branch's commit off as vllm/'s git identity, who becomes its author
             (the person who submits certifies the DCO); without it the branches are unsigned.
 
-    Returns the PRs and comments in series order, with their problems (empty when ready).
+    Returns the PRs, comments and RFCs in series order, with their problems (empty when ready).
 
     Raises:
         SeriesError: vllm/ missing; base not resolving; --push without --sign or without a
@@ -89,7 +90,7 @@ def prs(
     remote_refs = publish.ls_remote(vdir, remote) if do_push else {}
     entries = series.load(ws)
     todo = []
-    comments = []
+    comments: list[tuple[int, comment.Comment | rfc.Rfc]] = []
     for i, e in enumerate(entries):
         info = patchfile.info(e.path)
         if info.status.startswith("Accepted"):
@@ -98,6 +99,9 @@ def prs(
         data_for = comment.target(info.status)
         if data_for:
             comments.append((i, comment.Comment(e, number(e, i), info, *data_for)))
+            continue
+        if rfc.wanted(info.status):
+            comments.append((i, rfc.Rfc(e, number(e, i), info)))
             continue
         todo.append((i, PR(e, number(e, i), info)))
     reports = {}
@@ -112,7 +116,7 @@ def prs(
         print(f"prs: signed off as {signer} (you certify the DCO for each PR branch)")
     publish.write(ws, todo, label, remote, reports, also={c.number for _, c in comments})
     for _, c in comments:
-        comment.write(ws, c)
+        (rfc.write if isinstance(c, rfc.Rfc) else comment.write)(ws, c)
     if do_push:
         bad = [f"{pr.number} {pr.entry.name}" for _, pr in todo if not pr.ok]
         if bad:
@@ -124,7 +128,7 @@ def prs(
             )
         publish.push(vdir, remote, [pr for _, pr in todo], remote_refs)
         print(f"prs: pushed {len(todo)} branches to {remote}")
-    done: list[tuple[int, PR | comment.Comment]] = [*todo, *comments]
+    done: list[tuple[int, PR | comment.Comment | rfc.Rfc]] = [*todo, *comments]
     return [x for _, x in sorted(done, key=lambda t: t[0])]
 
 
@@ -134,6 +138,9 @@ def main(args) -> int:
         return 0
     if args.data_for:
         record(*args.data_for, data_for=True)
+        return 0
+    if args.rfc_first:
+        record(args.rfc_first, None, rfc_first=True)
         return 0
     if args.remote and not args.push:
         print(
@@ -194,6 +201,12 @@ def add_parser(sub) -> None:
         help="mark a patch as data for an open upstream PR (no PR of its own): "
         "Upstream-Status: Pending [data for URL]; prs then writes that PR's comment from "
         "docs/upstream/<PR number>-comment.md",
+    )
+    p.add_argument(
+        "--rfc-first",
+        metavar="NNNN",
+        help="mark a patch to go upstream as an RFC before any PR: Upstream-Status: Pending "
+        "[RFC first]; prs then writes the RFC issue from docs/upstream/NNNN-rfc.md",
     )
     p.add_argument("--no-hooks", action="store_true", help="skip vLLM's pre-commit hooks")
     p.add_argument("--no-tests", action="store_true", help="skip the patch's tests")

@@ -1,20 +1,30 @@
 """``prs --record NNNN URL``: mark a patch as submitted upstream, in vllm/ and in patches/;
-``prs --data-for NNNN URL``: mark it as data for an open upstream PR (comment.py)."""
+``prs --data-for NNNN URL``: mark it as data for an open upstream PR (comment.py);
+``prs --rfc-first NNNN``: mark it to go upstream as an RFC first (rfc.py)."""
 
 from pathlib import Path
 
 from vseries import am, git, patchfile, refresh, series
 from vseries import pin as pinmod
 from vseries.errors import SeriesError
+from vseries.prs import rfc
 from vseries.prs.branches import number as prnumber
 from vseries.prs.comment import PR_URL
 from vseries.workspace import Workspace
 
 
-def record(number: str, url: str, ws: Workspace | None = None, *, data_for: bool = False) -> Path:
+def record(
+    number: str,
+    url: str | None,
+    ws: Workspace | None = None,
+    *,
+    data_for: bool = False,
+    rfc_first: bool = False,
+) -> Path:
     """Set patch ``number``'s trailer to ``Upstream-Status: Submitted [url]``, or with
     ``data_for`` to ``Upstream-Status: Pending [data for url]`` (an open PR that makes the
-    patch's change: the patch goes there as data, comment.py, not as a PR of its own).
+    patch's change: the patch goes there as data, comment.py, not as a PR of its own), or
+    with ``rfc_first`` (no url) to ``Upstream-Status: Pending [RFC first]`` (rfc.py).
 
     The way: rewrite the message of that commit on vllm/'s ``series`` branch with
     ``git interpret-trailers`` and replay it and the commits after it with ``git commit-tree``
@@ -28,13 +38,20 @@ def record(number: str, url: str, ws: Workspace | None = None, *, data_for: bool
             Accepted already; vllm/ is not on the series branch holding exactly the series
             (then: scripts/apply.sh).
     """
-    flag = "--data-for" if data_for else "--record"
-    if not PR_URL.match(url):  # a pull request's, so that gh can edit it (commands.sh)
+    flag = "--data-for" if data_for else "--rfc-first" if rfc_first else "--record"
+    # a pull request's, so that gh can edit it (commands.sh)
+    if not rfc_first and not PR_URL.match(url or ""):
         raise SeriesError(
             f"{url!r} is not a PR URL",
             f"scripts/prs.sh {flag} 0001 https://github.com/vllm-project/vllm/pull/N",
         )
-    wanted_status = f"Pending [data for {url}]" if data_for else f"Submitted [{url}]"
+    wanted_status = (
+        rfc.STATUS
+        if rfc_first
+        else f"Pending [data for {url}]"
+        if data_for
+        else f"Submitted [{url}]"
+    )
     ws = ws or Workspace.current()
     wanted = f"{int(number):04d}" if number.isdigit() else number
     entries = series.load(ws)
