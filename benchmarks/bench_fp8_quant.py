@@ -10,8 +10,8 @@ itself, ``masked_amax_scale``: the op timed on inputs of that shape) and M:
 - ``cuda``: ``ops.scaled_fp8_quant(x)``, what v0.34.0 runs;
 - ``one_program`` (trees with ``patches/candidates/fp8-quant-one-program.patch``): the
   candidate's one launch, where it takes the input (a contiguous tensor of at most its
-  ``_ONE_PROGRAM_FP8_QUANT_MAX_NUMEL`` values); ``equal`` says whether its bytes and scale were
-  those of ``cuda`` on every input timed;
+  ``_ONE_PROGRAM_FP8_QUANT_MAX_NUMEL`` values); ``equal`` (on its row only) says whether its
+  bytes and scale were those of ``cuda`` on every input timed;
 - ``one_block`` (``--one-block SO``: the library ``benchmarks/h200/stage_quant_cuda.sh`` builds
   from ``patches/candidates/fp8-quant-one-block.patch``, the same specialisation inside the
   CUDA op): its ``dynamic_scaled_fp8_quant``; ``equal_one_block`` as ``equal``;
@@ -75,6 +75,15 @@ def one_block(path: str | None):
 def same(p, q) -> bool:
     """Two (FP8 tensor, scale) pairs hold the same bytes and scale."""
     return torch.equal(p[1], q[1]) and torch.equal(p[0].view(torch.uint8), q[0].view(torch.uint8))
+
+
+JUDGED = {"equal": "one_program", "equal_one_block": "one_block"}
+
+
+def row_extra(extra: dict, arm: str) -> dict:
+    """A row's fields: the case's, with a form's bytes judgment (``equal``,
+    ``equal_one_block``) on that form's row only, so each case's judgment is counted once."""
+    return {k: v for k, v in extra.items() if JUDGED.get(k, arm) == arm}
 
 
 def sites(shape: str, m: int) -> dict[str, tuple[int, int]]:
@@ -145,13 +154,15 @@ def main() -> int:
             try:
                 t = harness.time_graph(calls, reps=a.reps)
             except Exception as exc:  # one failing case must not lose the run
-                rows.append(results.failed("fp8_quant", shape, dt, m, arm, exc, **extra))
+                rows.append(
+                    results.failed("fp8_quant", shape, dt, m, arm, exc, **row_extra(extra, arm))
+                )
                 print(f"{label}: FAILED {exc}", flush=True)
                 continue
             rows.append(
                 results.Row(
                     "fp8_quant", shape, dt, m, arm, round(t.us, 2), round(t.us_min, 2),
-                    round(t.us_max, 2), xs[0].element_size() * r * c, None, dict(extra),
+                    round(t.us_max, 2), xs[0].element_size() * r * c, None, row_extra(extra, arm),
                 )
             )  # fmt: skip
             print(f"{label}: {t.us:.2f} us ({t.us_min:.2f}-{t.us_max:.2f})", flush=True)

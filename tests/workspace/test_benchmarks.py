@@ -572,6 +572,21 @@ def test_fp8_quant_benchmark_holds_a_form_to_the_cuda_op_bytes_and_scale():
     assert bench_fp8_quant.one_block(None) is None
 
 
+def test_fp8_quant_benchmark_judges_a_form_on_its_own_row_only():
+    """A case's ``equal`` / ``equal_one_block`` land on the row of the form they judge, not on
+    every arm's row: counting the rows that hold a judgment counts each case once."""
+    from benchmarks import bench_fp8_quant
+
+    extra = {"site": "a1", "rows": 1, "cols": 2048, "equal": True, "equal_one_block": False}
+    got = {arm: bench_fp8_quant.row_extra(extra, arm)
+           for arm in ("cuda", "static", "one_program", "one_block")}  # fmt: skip
+    case = {"site": "a1", "rows": 1, "cols": 2048}
+    assert got["cuda"] == got["static"] == case
+    assert got["one_program"] == {**case, "equal": True}
+    assert got["one_block"] == {**case, "equal_one_block": False}
+    assert "equal" in extra and "equal_one_block" in extra  # the case's own fields untouched
+
+
 def _upstream_tuner_functions() -> dict:
     """``get_configs_compute_bound`` and ``prune_xpu_search_space`` as the pinned tree's
     ``benchmarks/kernels/benchmark_moe.py`` defines them, run on this host (its module imports
