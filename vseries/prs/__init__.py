@@ -16,7 +16,7 @@ For every patch not yet upstreamed (Upstream-Status not ``Accepted [...]``), in 
 A patch whose change an open upstream PR already makes carries ``Pending [data for URL]``
 (``--data-for NNNN URL``): no branch, but comment.py writes that PR's comment with the
 patch's data (from ``docs/upstream/<PR number>-comment.md``) and its ``gh pr comment``.
-A patch too large for its gain to be judged in a PR review alone carries ``Pending [RFC first]``
+A patch whose size against its gain only the maintainers can judge carries ``Pending [RFC first]``
 (``--rfc-first NNNN``): no branch, but rfc.py writes the RFC issue (from
 ``docs/upstream/<NNNN>-rfc.md``) and its ``gh issue create``.
 

@@ -1,7 +1,8 @@
 """A patch that goes upstream as an RFC first: the issue that asks the maintainers, no PR yet.
 
-``Upstream-Status: Pending [RFC first]`` marks a patch too large for its gain to be judged in
-a PR review alone (vLLM's contributing guide: a substantial change starts as an RFC). The
+``Upstream-Status: Pending [RFC first]`` marks a patch whose size against its gain only the
+maintainers can judge (vLLM's contributing guide, "Notes for Large Changes", expects an RFC
+issue for a major change, and may not review a PR tagged ``rfc-required`` without one). The
 series keeps the patch for its users; ``prs`` makes no branch for it and writes
 ``out/prs/<NNNN>/``:
 
