@@ -77,21 +77,43 @@ def write(ws: Workspace, c: Comment) -> None:
             + f": write the comment there (the patch's data for PR {c.pr}), "
             "then scripts/prs.sh again"
         )
-    out = ws.root / "out" / "prs" / c.number
+    folder(
+        ws, c.entry.name, c.number, f"data for {c.url}",
+        "no PR of its own, a comment there", c.problems,
+        {"comment.md": text + "\n", "commands.sh": commands(c.number, c.url)},
+        always={"target.txt": c.url + "\n"}, note="no PR of its own",
+    )  # fmt: skip
+
+
+def folder(
+    ws: Workspace,
+    name: str,
+    number: str,
+    label: str,
+    what: str,
+    problems: list[str],
+    files: dict[str, str],
+    always: dict[str, str] | None = None,
+    note: str = "",
+):
+    """``out/prs/<NNNN>/`` of a patch with no PR of its own (a comment here, an RFC in rfc.py),
+    emptied first (a PR's files of an earlier run go): ``always``'s files, ``checks.txt`` (its
+    verdict), and when there are no problems ``files`` (the first is the one to read;
+    ``commands.sh`` made executable); prints what it made, or the problems. Returns the folder."""
+    out = ws.root / "out" / "prs" / number
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    (out / "target.txt").write_text(c.url + "\n")
-    verdict = "ready" if c.ok else "NOT READY:\n" + "\n".join(f"- {p}" for p in c.problems)
-    (out / "checks.txt").write_text(
-        f"patch {c.entry.name}\ndata for {c.url}: no PR of its own, a comment there\n{verdict}\n"
-    )
-    if c.ok:
-        (out / "comment.md").write_text(text + "\n")
-        cmd = out / "commands.sh"
-        cmd.write_text(commands(c.number, c.url))
-        cmd.chmod(0o755)
-        print(f"prs: {c.number} data for {c.url}: {ws.rel(out)}/comment.md (no PR of its own)")
-        return
-    print(f"prs: {c.number} data for {c.url}: NOT READY ({len(c.problems)} problems)")
-    for p in c.problems:
-        print("    " + p)
+    for f, text in (always or {}).items():
+        (out / f).write_text(text)
+    verdict = "ready" if not problems else "NOT READY:\n" + "\n".join(f"- {p}" for p in problems)
+    (out / "checks.txt").write_text(f"patch {name}\n{label}: {what}\n{verdict}\n")
+    if problems:
+        print(f"prs: {number} {label}: NOT READY ({len(problems)} problems)")
+        for p in problems:
+            print("    " + p)
+        return out
+    for f, text in files.items():
+        (out / f).write_text(text)
+    (out / "commands.sh").chmod(0o755)
+    print(f"prs: {number} {label}: {ws.rel(out)}/{next(iter(files))} ({note})")
+    return out

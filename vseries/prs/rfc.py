@@ -21,11 +21,11 @@ When the maintainers have answered, the patch changes as they ask and its status
 
 import re
 import shlex
-import shutil
 from dataclasses import dataclass, field
 
 from vseries import series
 from vseries.patchfile import PatchInfo
+from vseries.prs import comment
 from vseries.workspace import Workspace
 
 STATUS = "Pending [RFC first]"
@@ -107,21 +107,10 @@ def write(ws: Workspace, r: Rfc) -> None:
         "scripts/prs.sh again"
         for p in problems(r.source, text)
     ]
-    out = ws.root / "out" / "prs" / r.number
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    verdict = "ready" if r.ok else "NOT READY:\n" + "\n".join(f"- {p}" for p in r.problems)
-    (out / "checks.txt").write_text(
-        f"patch {r.entry.name}\nRFC first: no PR until the maintainers answer it\n{verdict}\n"
-    )
-    if r.ok:
-        (out / "title.txt").write_text(title + "\n")
-        (out / "rfc.md").write_text(body + "\n")
-        cmd = out / "commands.sh"
-        cmd.write_text(commands(r.number, title))
-        cmd.chmod(0o755)
-        print(f"prs: {r.number} RFC first: {ws.rel(out)}/rfc.md (no PR until it is answered)")
-        return
-    print(f"prs: {r.number} RFC first: NOT READY ({len(r.problems)} problems)")
-    for p in r.problems:
-        print("    " + p)
+    comment.folder(
+        ws, r.entry.name, r.number, "RFC first", "no PR until the maintainers answer it",
+        r.problems,
+        {"rfc.md": body + "\n", "title.txt": title + "\n",
+         "commands.sh": commands(r.number, title)},
+        note="no PR until it is answered",
+    )  # fmt: skip
