@@ -41,10 +41,11 @@ BENCH = "decode_sweep"
 GRID = {"SPLIT_K1": (1, 2, 4), "SPLIT_K2": (1, 2), "num_stages": (3, 4, 5)}
 KEYS = (
     "BLOCK_I", "BLOCK_K1", "SPLIT_K1", "BLOCK_N", "BLOCK_K2", "SPLIT_K2", "num_warps", "num_stages",
-    "PDL", "PREFETCH",
+    "PDL", "PREFETCH", "ONE_PASS", "BLOCK_N_OP",
 )  # fmt: skip
-# on/off keys of a candidate's configuration (patches/candidates/0003-pdl.patch): 0 allowed
-SWITCHES = ("PDL", "PREFETCH")
+# on/off keys of a candidate's configuration (patches/candidates/0003-pdl.patch,
+# 0003-one-pass.patch): 0 allowed
+SWITCHES = ("PDL", "PREFETCH", "ONE_PASS")
 
 
 def parse_grid(items: list[str]) -> dict[str, tuple[int, ...]]:

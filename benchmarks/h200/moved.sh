@@ -43,7 +43,8 @@
 #          fastest beside 0003's own configuration
 #   cand   a candidate patch on the series (CAND: its file, e.g. patches/candidates/0003-pdl.patch;
 #          tree c<its name>): the decode tests there, then the sweep there (SWEEP_ARGS, e.g.
-#          "--grid PDL=0,1 PREFETCH=0": the candidate beside its switches off, one process)
+#          "--grid PDL=0,1 PREFETCH=0": the candidate beside its switches off, one process);
+#          CAND_TESTS=0 skips the tests (a later call of the same candidate)
 #   quant  a candidate change to v0.34.0 (QUANT_CAND, default
 #          patches/candidates/fp8-quant-one-program.patch) on a copy of the base (tree c<its
 #          name>): its test file there, benchmarks/bench_fp8_quant.py there (for
@@ -290,7 +291,7 @@ PY
       [ -f "${CAND:-}" ] || { echo "!!! cand: CAND=$CAND is not a patch file here"; continue; }
       t=c$(basename "$CAND" .patch)
       tree_with_patch series "$t" <"$CAND"
-      run_in "$t" 300 python3 -m pytest -q -p no:cacheprovider -rf \
+      [ "${CAND_TESTS:-1}" = 0 ] || run_in "$t" 300 python3 -m pytest -q -p no:cacheprovider -rf \
         tests/kernels/moe/test_fused_moe_fp8_decode.py --junitxml "$R/decode-$t.xml"
       read -ra sweep_args <<<"${SWEEP_ARGS:-}"
       run_in "$t" "${BENCH_TIMEOUT:-240}" python3 -m benchmarks.decode_sweep \
